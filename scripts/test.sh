@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run every test: the unit tests of all packages (with their fuzz seed
+# corpora), then the end-to-end suite that drives the real binary against a
+# real VM (cmd/pybox). Prints one closing line: "N passed, M failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+
+# The end-to-end packages boot VMs under TCG: run them one at a time, after
+# the unit tests, so two VMs never share the 2 cores.
+e2e="pybox/cmd/pybox"
+unit=$(go list ./... | grep -vx "$e2e")
+
+echo "== unit tests"
+# Under -v every test prints RUN and PASS lines: keep the log whole, show
+# the rest (package lines, failures, what tests print).
+{ go test -count=1 -timeout 20m -v $unit; echo $? > "$log.rc"; } 2>&1 | tee -a "$log" |
+  grep -vE '^(=== (RUN|PAUSE|CONT)|\s*--- PASS)' || true
+[ "$(cat "$log.rc")" = 0 ] || status=1
+rm -f "$log.rc"
+echo "== end-to-end tests (real kernel, initramfs, images and QEMU)"
+go test -count=1 -p 1 -timeout 60m -v "$e2e" 2>&1 | tee -a "$log.e2e" || status=1
+cat "$log.e2e" >> "$log"; rm -f "$log.e2e"
+
+# Every test and subtest that ran prints one PASS or FAIL line under -v; a
+# package that did not build prints a FAIL line of its own.
+passed=$(grep -cE '^\s*--- PASS' "$log")
+failed=$(grep -cE '^\s*--- FAIL|^FAIL\s' "$log")
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ] || status=1
+exit $status

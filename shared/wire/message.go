@@ -1,0 +1,114 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// ProtocolVersion is checked in the hello handshake; a peer that speaks
+// another version is refused.
+const ProtocolVersion = 1
+
+// Message types. Every request the host sends carries an ID; the guest's
+// answer carries the same ID. A run is answered once, by its receipt (or by
+// an error such as busy); a cancel is answered at once with ok, and the
+// run it cancelled is then answered by its own receipt.
+const (
+	TypeHello    = "hello"    // host → guest: Hello; guest → host: Hello
+	TypePing     = "ping"     // host → guest
+	TypePong     = "pong"     // guest → host
+	TypeRun      = "run"      // host → guest: Run
+	TypeReceipt  = "receipt"  // guest → host: Result
+	TypeCancel   = "cancel"   // host → guest: Cancel
+	TypeOK       = "ok"       // guest → host: the request was done
+	TypeShutdown = "shutdown" // host → guest: sync and power off
+	TypeError    = "error"    // guest → host (or supervisor → client): Error
+)
+
+// Error codes a client can act on.
+const (
+	ErrBusy       = "busy"        // another run is in progress; nothing was queued
+	ErrBadRequest = "bad_request" // the request broke a rule; nothing ran
+	ErrNoImage    = "no_image"    // the VM has no such image
+	ErrUnhealthy  = "unhealthy"   // the agent could not clean a box and refuses runs until it recovers
+	ErrNoVM       = "no_vm"       // the supervisor has no guest (VM stopped or stopping)
+	ErrProtocol   = "protocol"    // a malformed or unexpected message
+	ErrInternal   = "internal"
+)
+
+// Message is one frame's payload.
+type Message struct {
+	Type   string  `json:"type"`
+	ID     uint64  `json:"id"`
+	Hello  *Hello  `json:"hello,omitempty"`
+	Run    *Run    `json:"run,omitempty"`
+	Result *Result `json:"result,omitempty"`
+	Cancel *Cancel `json:"cancel,omitempty"`
+	Error  *Error  `json:"error,omitempty"`
+}
+
+// Hello opens every connection. The host sends its protocol version; the
+// guest answers with its own and what it is.
+type Hello struct {
+	Protocol     int         `json:"protocol"`
+	AgentVersion string      `json:"agent_version,omitempty"`
+	AgentCommit  string      `json:"agent_commit,omitempty"`
+	Kernel       string      `json:"kernel,omitempty"`
+	Capabilities []string    `json:"capabilities,omitempty"`
+	Images       []ImageInfo `json:"images,omitempty"`
+}
+
+// ImageInfo names an image the guest mounted and the digest it verified.
+type ImageInfo struct {
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+}
+
+// Cancel asks the guest to stop the run with this ID.
+type Cancel struct {
+	RunID string `json:"run_id"`
+}
+
+// Error says why a request was not done.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Cleanup is the cleanup status when the error concerns a run that
+	// may have started (for example the guest went away mid-run).
+	Cleanup *Cleanup `json:"cleanup,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Encode marshals m for a frame.
+func Encode(m *Message) ([]byte, error) { return json.Marshal(m) }
+
+// Decode unmarshals a frame's payload and checks that it is a known type
+// with the body that type needs. It rejects unknown fields: a peer that
+// sends them speaks another version.
+func Decode(p []byte) (*Message, error) {
+	var m Message
+	if err := decodeStrict(p, &m); err != nil {
+		return nil, fmt.Errorf("wire: %w", err)
+	}
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func (m *Message) check() error {
+	need := map[string]bool{
+		TypeHello: m.Hello != nil, TypeRun: m.Run != nil, TypeReceipt: m.Result != nil,
+		TypeCancel: m.Cancel != nil, TypeError: m.Error != nil,
+		TypePing: true, TypePong: true, TypeOK: true, TypeShutdown: true,
+	}
+	ok, known := need[m.Type]
+	if !known {
+		return fmt.Errorf("wire: unknown message type %q", m.Type)
+	}
+	if !ok {
+		return fmt.Errorf("wire: %s message without its body", m.Type)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package wire
+
+// ReceiptSchemaVersion is stamped into every receipt.
+const ReceiptSchemaVersion = 1
+
+// Run statuses. Exactly one applies to a finished run.
+const (
+	StatusOK        = "ok"        // the program exited 0
+	StatusError     = "error"     // the program failed: non-zero exit or killed by a signal of its own
+	StatusTimeout   = "timeout"   // the wall timeout killed the box
+	StatusOOM       = "oom"       // the memory limit killed the box
+	StatusCancelled = "cancelled" // the host cancelled the run
+	StatusRefused   = "refused"   // the box was not fit to run the program (posture, setup); nothing ran
+)
+
+// Cleanup statuses.
+const (
+	CleanupRemoved      = "REMOVED"       // the cgroup and every mount of the box are confirmed gone
+	CleanupFailed       = "FAILED"        // something of the box is left; Detail says what
+	CleanupNotAttempted = "NOT_ATTEMPTED" // no box was made (no VM, refused before start)
+	CleanupUnknown      = "UNKNOWN"       // the host lost contact with the guest mid-run
+)
+
+// Reasons an output file was not brought back.
+const (
+	NotReturnedNotAsked  = "return_files was false"
+	NotReturnedOverCap   = "over the 48 KiB content cap"
+	NotReturnedNotFile   = "not a regular file"
+	NotReturnedSymlink   = "symbolic link (never followed)"
+	NotReturnedHardLink  = "hard link (more than one name)"
+	NotReturnedUnreadble = "could not be read"
+	NotReturnedChanged   = "changed while being read"
+)
+
+// Result is the guest's answer to a run: the receipt, and the content of
+// the files it brought back (which the host delivers beside the receipt,
+// never inside it).
+type Result struct {
+	Receipt Receipt      `json:"receipt"`
+	Files   []OutputFile `json:"files,omitempty"`
+}
+
+// OutputFile is a file brought back from /tmp/output/.
+type OutputFile struct {
+	Name    string `json:"name"`
+	Content []byte `json:"content"`
+}
+
+// Receipt is what the guest knows about one run, written by the guest.
+type Receipt struct {
+	SchemaVersion int          `json:"schema_version"`
+	RunID         string       `json:"run_id"`
+	Status        string       `json:"status"`
+	Reason        string       `json:"reason"`
+	ExitCode      *int         `json:"exit_code"`
+	Signal        string       `json:"signal,omitempty"`
+	Image         ImageInfo    `json:"image"`
+	Agent         AgentInfo    `json:"agent"`
+	Limits        AppliedLimit `json:"limits"`
+	WallMS        int64        `json:"wall_ms"`
+	CPU           CPUTime      `json:"cpu"`
+	Memory        Memory       `json:"memory"`
+	Pids          Pids         `json:"pids"`
+	Capture       Capture      `json:"capture"`
+	InputFiles    []FileDigest `json:"input_files"`
+	Output        Output       `json:"output_files"`
+	Posture       *Posture     `json:"posture,omitempty"`
+	Cleanup       Cleanup      `json:"cleanup"`
+}
+
+// AgentInfo names the guest agent that wrote the receipt.
+type AgentInfo struct {
+	Version string `json:"version"`
+	Commit  string `json:"commit"`
+	Kernel  string `json:"kernel"`
+}
+
+// AppliedLimit is what bounded the run.
+type AppliedLimit struct {
+	TimeoutSeconds float64 `json:"timeout_s"`
+	MaxOutputBytes int     `json:"max_output_bytes"`
+	MemoryBytes    int64   `json:"memory_bytes"`
+	PidsMax        int     `json:"pids_max"`
+	TmpBytes       int64   `json:"tmp_bytes"`
+	TmpInodes      int     `json:"tmp_inodes"`
+}
+
+// CPUTime is the box's CPU use, from its cgroup.
+type CPUTime struct {
+	UserMS   int64 `json:"user_ms"`
+	SystemMS int64 `json:"system_ms"`
+}
+
+// Memory is the box's memory reading. Reading is "final" when memory.peak
+// was read after every process in the box was gone.
+type Memory struct {
+	PeakBytes  int64  `json:"peak_bytes"`
+	Reading    string `json:"reading"`
+	LimitBytes int64  `json:"limit_bytes"`
+	OOMKilled  bool   `json:"oom_killed"`
+}
+
+// Pids says whether the box hit its process limit.
+type Pids struct {
+	Max      int   `json:"max"`
+	LimitHit int64 `json:"limit_hit"` // pids.events "max": forks refused
+}
+
+// Capture holds what the program printed, as data. Each stream keeps its
+// first max_output_bytes; Bytes counts everything it wrote. Bytes that are
+// not valid UTF-8 are replaced by U+FFFD in the string, and InvalidUTF8 is
+// set; the byte counts are of the raw bytes.
+type Capture struct {
+	Stdout Stream `json:"stdout_info"`
+	Stderr Stream `json:"stderr_info"`
+	// The text itself, under the names the product page uses.
+	StdoutText string `json:"stdout"`
+	StderrText string `json:"stderr"`
+}
+
+// Stream describes one captured stream.
+type Stream struct {
+	Bytes       int64 `json:"bytes"`
+	KeptBytes   int   `json:"kept_bytes"`
+	Truncated   bool  `json:"truncated"`
+	InvalidUTF8 bool  `json:"invalid_utf8"`
+}
+
+// FileDigest names a file with its size and sha256 (hex).
+type FileDigest struct {
+	Name   string `json:"name"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Output lists what the program left in /tmp/output/.
+type Output struct {
+	Returned    []FileDigest  `json:"returned"`
+	NotReturned []NotReturned `json:"not_returned"`
+	// NotListed counts the files not brought back beyond the first 16.
+	NotListed int `json:"not_listed"`
+}
+
+// NotReturned is a file left in /tmp/output that did not come back. Name is
+// escaped (see EscapeName); Bytes and SHA256 are set when known.
+type NotReturned struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// Posture is what the box's first process saw of itself just before it
+// started the program.
+type Posture struct {
+	OK         bool     `json:"ok"`
+	CapEff     string   `json:"cap_eff"`
+	NoNewPrivs bool     `json:"no_new_privs"`
+	Seccomp    int      `json:"seccomp_mode"`
+	OpenFDs    []int    `json:"open_fds"`
+	ReadOnly   bool     `json:"root_read_only"`
+	Namespaces []string `json:"new_namespaces"`
+	Problems   []string `json:"problems,omitempty"`
+}
+
+// Cleanup says whether the box is gone.
+type Cleanup struct {
+	Status string `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}

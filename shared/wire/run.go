@@ -1,0 +1,165 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits of a run request. The product page fixes these numbers; both
+// sides check them.
+const (
+	MaxCodeBytes          = 65536
+	MaxTimeoutSeconds     = 30
+	MaxOutputBytes        = 8192 // per stream
+	DefaultOutputBytes    = 4096
+	MaxInputFiles         = 16
+	MaxInputBytes         = 256 << 10 // all input files together, decoded
+	MaxReturnedFileBytes  = 48 << 10  // content of returned files together
+	MaxListedNotReturned  = 16
+	MaxRunIDBytes         = 64
+	MaxImageNameBytes     = 64
+	MaxFileNameBytes      = 255
+	DefaultMemoryBytes    = 512 << 20
+	DefaultPidsMax        = 128
+	DefaultTmpBytes       = 64 << 20
+	DefaultTmpInodes      = 16384
+	DefaultTimeoutSeconds = 2
+)
+
+// Run is one program to run in a fresh box.
+type Run struct {
+	RunID          string      `json:"run_id"`
+	Code           string      `json:"code"`
+	Image          string      `json:"image"`
+	TimeoutSeconds float64     `json:"timeout_s"`
+	MaxOutputBytes int         `json:"max_output_bytes"`
+	Files          []InputFile `json:"files,omitempty"`
+	ReturnFiles    bool        `json:"return_files"`
+}
+
+// InputFile is a file placed in /tmp/input/, already decoded.
+type InputFile struct {
+	Name    string `json:"name"`
+	Content []byte `json:"content"`
+}
+
+// Check checks every bound of a run request. The error says which rule was
+// broken; nothing may run when it is not nil.
+func (r *Run) Check() error {
+	if err := checkToken("run_id", r.RunID, MaxRunIDBytes); err != nil {
+		return err
+	}
+	if err := CheckImageName(r.Image); err != nil {
+		return err
+	}
+	if !utf8.ValidString(r.Code) {
+		return errors.New("code is not valid UTF-8")
+	}
+	if len(r.Code) > MaxCodeBytes {
+		return fmt.Errorf("code is %d bytes; the limit is %d", len(r.Code), MaxCodeBytes)
+	}
+	if err := CheckTimeout(r.TimeoutSeconds, MaxTimeoutSeconds); err != nil {
+		return err
+	}
+	if r.MaxOutputBytes < 1 || r.MaxOutputBytes > MaxOutputBytes {
+		return fmt.Errorf("max_output_bytes is %d; it must be 1–%d", r.MaxOutputBytes, MaxOutputBytes)
+	}
+	return CheckInputFiles(r.Files)
+}
+
+// CheckTimeout checks a timeout in seconds against a ceiling.
+func CheckTimeout(s, ceiling float64) error {
+	if math.IsNaN(s) || math.IsInf(s, 0) {
+		return errors.New("timeout_s must be a finite number")
+	}
+	if s <= 0 {
+		return fmt.Errorf("timeout_s is %v; it must be more than 0", s)
+	}
+	if s > ceiling {
+		return fmt.Errorf("timeout_s is %v; this server allows at most %v (its --max-timeout)", s, ceiling)
+	}
+	return nil
+}
+
+// CheckInputFiles checks the count, total size and names of input files.
+func CheckInputFiles(files []InputFile) error {
+	if len(files) > MaxInputFiles {
+		return fmt.Errorf("%d files; at most %d are allowed", len(files), MaxInputFiles)
+	}
+	total := 0
+	seen := map[string]string{}
+	for _, f := range files {
+		if err := CheckFileName(f.Name); err != nil {
+			return err
+		}
+		folded := strings.ToLower(f.Name)
+		if prev, dup := seen[folded]; dup {
+			if prev == f.Name {
+				return fmt.Errorf("file name %q appears twice", f.Name)
+			}
+			return fmt.Errorf("file names %q and %q differ only in case", prev, f.Name)
+		}
+		seen[folded] = f.Name
+		total += len(f.Content)
+	}
+	if total > MaxInputBytes {
+		return fmt.Errorf("input files hold %d bytes together; the limit is %d (256 KiB)", total, MaxInputBytes)
+	}
+	return nil
+}
+
+// CheckFileName checks one input file name: a plain name, never a path.
+func CheckFileName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("a file name is empty")
+	case name == "." || name == "..":
+		return fmt.Errorf("file name %q is not allowed", name)
+	case len(name) > MaxFileNameBytes:
+		return fmt.Errorf("file name of %d bytes; the limit is %d", len(name), MaxFileNameBytes)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("file name %q is not valid UTF-8", name)
+	case strings.ContainsAny(name, `/\`):
+		return fmt.Errorf("file name %q contains a path separator; give a plain name", name)
+	}
+	for _, c := range name {
+		if unicode.IsControl(c) || c == utf8.RuneError {
+			return fmt.Errorf("file name %q contains a control character", name)
+		}
+	}
+	return nil
+}
+
+// CheckImageName checks an image name: lower-case letters, digits, '-'
+// and '_', starting with a letter.
+func CheckImageName(name string) error {
+	if name == "" {
+		return errors.New("image name is empty")
+	}
+	if len(name) > MaxImageNameBytes {
+		return fmt.Errorf("image name %q is longer than %d bytes", name, MaxImageNameBytes)
+	}
+	for i, c := range name {
+		ok := c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '-' || c == '_')
+		if !ok {
+			return fmt.Errorf("image name %q: use lower-case letters, digits, '-' and '_', starting with a letter", name)
+		}
+	}
+	return nil
+}
+
+func checkToken(field, v string, max int) error {
+	if v == "" || len(v) > max {
+		return fmt.Errorf("%s must be 1–%d bytes", field, max)
+	}
+	for _, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("%s %q: use letters, digits, '-' and '_'", field, v)
+		}
+	}
+	return nil
+}

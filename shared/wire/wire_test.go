@@ -1,0 +1,149 @@
+package wire
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func goodRun() *Run {
+	return &Run{RunID: "r1", Code: "print(1)", Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
+}
+
+func TestRunCheck(t *testing.T) {
+	if err := goodRun().Check(); err != nil {
+		t.Fatalf("a good run was refused: %v", err)
+	}
+	bad := map[string]func(r *Run){
+		"no run id":           func(r *Run) { r.RunID = "" },
+		"run id with slash":   func(r *Run) { r.RunID = "../x" },
+		"image path":          func(r *Run) { r.Image = "../stdlib" },
+		"image upper":         func(r *Run) { r.Image = "Stdlib" },
+		"code too long":       func(r *Run) { r.Code = strings.Repeat("x", MaxCodeBytes+1) },
+		"code bad utf8":       func(r *Run) { r.Code = "\xff" },
+		"timeout zero":        func(r *Run) { r.TimeoutSeconds = 0 },
+		"timeout negative":    func(r *Run) { r.TimeoutSeconds = -1 },
+		"timeout NaN":         func(r *Run) { r.TimeoutSeconds = math.NaN() },
+		"timeout Inf":         func(r *Run) { r.TimeoutSeconds = math.Inf(1) },
+		"timeout over 30":     func(r *Run) { r.TimeoutSeconds = 30.001 },
+		"output zero":         func(r *Run) { r.MaxOutputBytes = 0 },
+		"output over 8192":    func(r *Run) { r.MaxOutputBytes = 8193 },
+		"17 files":            func(r *Run) { r.Files = make([]InputFile, 17) },
+		"files too big":       func(r *Run) { r.Files = []InputFile{{Name: "a", Content: make([]byte, MaxInputBytes+1)}} },
+		"duplicate file":      func(r *Run) { r.Files = []InputFile{{Name: "a"}, {Name: "a"}} },
+		"case-only duplicate": func(r *Run) { r.Files = []InputFile{{Name: "Data.csv"}, {Name: "data.csv"}} },
+	}
+	for name, mutate := range bad {
+		r := goodRun()
+		mutate(r)
+		if err := r.Check(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	r := goodRun()
+	r.Code = strings.Repeat("é", MaxCodeBytes/2)
+	r.TimeoutSeconds = 30
+	r.MaxOutputBytes = 8192
+	r.Files = []InputFile{{Name: "a", Content: make([]byte, MaxInputBytes)}}
+	if err := r.Check(); err != nil {
+		t.Errorf("a run exactly at every limit was refused: %v", err)
+	}
+}
+
+func TestCheckFileName(t *testing.T) {
+	for _, name := range []string{"", ".", "..", "../../etc/passwd", "/etc/passwd", "a/b", `a\b`, "a\x00b", "a\nb", "a\tb", "\x7f", "a\u0085b", "\xff", strings.Repeat("n", 256)} {
+		if CheckFileName(name) == nil {
+			t.Errorf("CheckFileName(%q) accepted", name)
+		}
+	}
+	for _, name := range []string{"sales.csv", "a..b", ".hidden", "ünïcode.txt", "space name.txt", strings.Repeat("n", 255)} {
+		if err := CheckFileName(name); err != nil {
+			t.Errorf("CheckFileName(%q) = %v", name, err)
+		}
+	}
+}
+
+func TestEscapeName(t *testing.T) {
+	cases := map[string]string{
+		"plain.txt":       "plain.txt",
+		"a\nb":            `a\u{a}b`,
+		"\xffx":           `\xffx`,
+		`back\slash`:      `back\\slash`,
+		"bidi\u202etxt":   `bidi\u{202e}txt`,
+		"ünïcode":         "ünïcode",
+		"\x1b[31mred":     `\u{1b}[31mred`,
+		"zero\u200bwidth": `zero\u{200b}width`,
+	}
+	for in, want := range cases {
+		if got := EscapeName(in); got != want {
+			t.Errorf("EscapeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func FuzzEscapeName(f *testing.F) {
+	for _, s := range []string{"a", "\n", "\xff\xfe", strings.Repeat("é", 200), strings.Repeat("\x01", 100)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		got := EscapeName(name)
+		if !utf8.ValidString(got) {
+			t.Fatalf("EscapeName(%q) = %q is not valid UTF-8", name, got)
+		}
+		if len(got) > maxEscapedName+len("…") {
+			t.Fatalf("EscapeName gave %d bytes", len(got))
+		}
+		for _, r := range got {
+			if r < 0x20 || r == 0x7f {
+				t.Fatalf("EscapeName(%q) = %q keeps a control character", name, got)
+			}
+		}
+	})
+}
+
+func TestDecode(t *testing.T) {
+	good := []string{
+		`{"type":"ping","id":1}`,
+		`{"type":"hello","id":0,"hello":{"protocol":1}}`,
+		`{"type":"cancel","id":3,"cancel":{"run_id":"r1"}}`,
+	}
+	for _, s := range good {
+		if _, err := Decode([]byte(s)); err != nil {
+			t.Errorf("Decode(%s) = %v", s, err)
+		}
+	}
+	bad := []string{
+		``, `null`, `[]`, `{"type":"ping","id":1}{}`, `{"type":"ping","id":1,"extra":1}`,
+		`{"type":"launch","id":1}`, `{"type":"run","id":1}`, `{"type":"receipt","id":1}`,
+		`{"type":"hello","id":1,"hello":{"protocol":1,"shell":true}}`, `{"type":"ping","id":-1}`,
+		`{"Type":"ping","id":1}`,
+	}
+	for _, s := range bad {
+		if _, err := Decode([]byte(s)); err == nil {
+			t.Errorf("Decode(%s) accepted", s)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"type":"ping","id":1}`))
+	f.Add([]byte(`{"type":"receipt","id":9,"result":{"receipt":{"status":"ok","cleanup":{"status":"REMOVED"}}}}`))
+	f.Add([]byte(`{"type":"run","id":2,"run":{"run_id":"a","code":"x","image":"stdlib","timeout_s":1,"max_output_bytes":1,"files":[{"name":"a","content":"AAAA"}]}}`))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		m, err := Decode(p)
+		if err != nil {
+			return
+		}
+		if err := m.check(); err != nil {
+			t.Fatalf("Decode returned a message that fails its own check: %v", err)
+		}
+		back, err := Encode(m)
+		if err != nil {
+			t.Fatalf("Encode of a decoded message: %v", err)
+		}
+		if _, err := Decode(back); err != nil {
+			t.Fatalf("re-decoding %s: %v", back, err)
+		}
+	})
+}
