@@ -1,0 +1,214 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const prompt = "pybox> "
+
+// commands are the console prompt's commands, in the order help lists
+// them.
+var commands = []struct {
+	name, help string
+	do         func(a *Agent, w io.Writer)
+}{
+	{"help", "this list", nil}, // answered by Command: it lists this table
+	{"status", "version, health, the current run, the agent's own resources", (*Agent).cmdStatus},
+	{"mounts", "the mount table", (*Agent).cmdMounts},
+	{"cgroups", "the agent's and the runs' cgroups with their memory and pids", (*Agent).cmdCgroups},
+	{"runs", "the current run and the last finished ones", (*Agent).cmdRuns},
+	{"last", "the last receipt, as JSON", (*Agent).cmdLast},
+	{"log", "the agent's recent log lines", (*Agent).cmdLog},
+}
+
+// Console runs the prompt on the serial console: a line in, a plain text
+// answer out. It returns when in ends.
+func (a *Agent) Console(in io.Reader, out io.Writer) error {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		a.Command(sc.Text(), out)
+		fmt.Fprint(out, prompt)
+	}
+	return sc.Err()
+}
+
+// Command answers one console line.
+func (a *Agent) Command(line string, w io.Writer) {
+	name := strings.TrimSpace(line)
+	if name == "" {
+		return
+	}
+	for _, c := range commands {
+		if c.name == name && c.do == nil {
+			cmdHelp(w)
+			return
+		}
+		if c.name == name {
+			c.do(a, w)
+			return
+		}
+	}
+	fmt.Fprintf(w, "unknown command %q: type help\n", name)
+}
+
+func cmdHelp(w io.Writer) {
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.help)
+	}
+}
+
+func (a *Agent) cmdStatus(w io.Writer) {
+	a.mu.Lock()
+	cur, broken, stopping, open, served, runs := a.current, a.broken, a.stopping, a.open, a.served, len(a.history)
+	a.mu.Unlock()
+	health := "healthy"
+	if err := a.cfg.Runner.Healthy(); err != nil {
+		health = "unhealthy: " + err.Error()
+	}
+	if broken != nil {
+		health = "unhealthy: " + broken.Error()
+	}
+	if stopping {
+		health += " (shutting down)"
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintf(tw, "agent\t%s (%s), protocol %d, up %s\n", Version, Commit, a.hello.Protocol, time.Since(a.started).Round(time.Second))
+	fmt.Fprintf(tw, "kernel\t%s\n", a.cfg.Kernel)
+	fmt.Fprintf(tw, "health\t%s\n", health)
+	fmt.Fprintf(tw, "images\t%s\n", a.imageList())
+	if cur != nil {
+		fmt.Fprintf(tw, "running\t%s (image %s) for %s\n", cur.id, cur.image, time.Since(cur.started).Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(tw, "running\tnothing\n")
+	}
+	fmt.Fprintf(tw, "runs\t%d finished (kept %d)\n", runs, keepRuns)
+	fmt.Fprintf(tw, "connections\t%d open, %d served\n", open, served)
+	fmt.Fprintf(tw, "goroutines\t%d\n", runtime.NumGoroutine())
+	fmt.Fprintf(tw, "open fds\t%s\n", a.countFDs())
+	fmt.Fprintf(tw, "go heap\t%d KiB in use, %d KiB from the OS\n", ms.HeapInuse>>10, ms.Sys>>10)
+	fmt.Fprintf(tw, "cgroup\t%s\n", a.cgroupLine("sys/fs/cgroup/agent"))
+	tw.Flush()
+}
+
+func (a *Agent) countFDs() string {
+	if a.cfg.Files == nil {
+		return "unknown"
+	}
+	ents, err := fs.ReadDir(a.cfg.Files, "proc/self/fd")
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	// ReadDir itself holds one fd open while it reads.
+	return fmt.Sprint(len(ents) - 1)
+}
+
+func (a *Agent) cmdMounts(w io.Writer) { a.cat(w, "proc/self/mounts") }
+
+func (a *Agent) cat(w io.Writer, name string) {
+	if a.cfg.Files == nil {
+		fmt.Fprintln(w, "no filesystem to read")
+		return
+	}
+	b, err := fs.ReadFile(a.cfg.Files, name)
+	if err != nil {
+		fmt.Fprintf(w, "%v\n", err)
+		return
+	}
+	w.Write(b)
+}
+
+func (a *Agent) cmdCgroups(w io.Writer) {
+	if a.cfg.Files == nil {
+		fmt.Fprintln(w, "no filesystem to read")
+		return
+	}
+	dirs := []string{"sys/fs/cgroup/agent", "sys/fs/cgroup/runs"}
+	ents, _ := fs.ReadDir(a.cfg.Files, "sys/fs/cgroup/runs")
+	for _, e := range ents {
+		if e.IsDir() {
+			dirs = append(dirs, path.Join("sys/fs/cgroup/runs", e.Name()))
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	for _, d := range dirs {
+		fmt.Fprintf(tw, "/%s\t%s\n", d, a.cgroupLine(d))
+	}
+	tw.Flush()
+}
+
+// cgroupLine reads the few files that say what a cgroup holds.
+func (a *Agent) cgroupLine(dir string) string {
+	if a.cfg.Files == nil {
+		return "unknown"
+	}
+	var parts []string
+	for _, f := range []string{"cgroup.procs", "memory.current", "memory.peak", "memory.low", "memory.max", "pids.current", "pids.max"} {
+		b, err := fs.ReadFile(a.cfg.Files, path.Join(dir, f))
+		if err != nil {
+			continue
+		}
+		v := strings.Join(strings.Fields(string(b)), ",")
+		if f == "cgroup.procs" {
+			f, v = "procs", fmt.Sprint(len(strings.Fields(string(b))))
+		}
+		parts = append(parts, f+"="+v)
+	}
+	if len(parts) == 0 {
+		return "unreadable"
+	}
+	return strings.Join(parts, " ")
+}
+
+func (a *Agent) cmdRuns(w io.Writer) {
+	a.mu.Lock()
+	cur := a.current
+	hist := append([]record(nil), a.history...)
+	a.mu.Unlock()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tIMAGE\tSTATUS\tCLEANUP\tWALL\tENDED")
+	if cur != nil {
+		fmt.Fprintf(tw, "%s\t%s\trunning\t-\t%s\t-\n", cur.id, cur.image, time.Since(cur.started).Round(time.Millisecond))
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		r := hist[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d ms\t%s ago\n", r.id, r.image, r.status, r.cleanup, r.wallMS, time.Since(r.ended).Round(time.Second))
+	}
+	tw.Flush()
+}
+
+func (a *Agent) cmdLast(w io.Writer) {
+	a.mu.Lock()
+	last := a.last
+	a.mu.Unlock()
+	if last == nil {
+		fmt.Fprintln(w, "no run has finished yet")
+		return
+	}
+	b, err := json.MarshalIndent(last.Receipt, "", "  ")
+	if err != nil {
+		fmt.Fprintf(w, "%v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+func (a *Agent) cmdLog(w io.Writer) {
+	if a.cfg.LogLines == nil {
+		fmt.Fprintln(w, "no log kept")
+		return
+	}
+	for _, l := range a.cfg.LogLines() {
+		fmt.Fprintln(w, l)
+	}
+}

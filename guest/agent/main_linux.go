@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"pybox/guest/boot"
+	"pybox/guest/box"
+	"pybox/guest/channel"
+	"pybox/guest/reap"
+	"pybox/shared/wire"
+)
+
+// keepLogLines is how many log lines the console's "log" shows.
+const keepLogLines = 500
+
+// Main is PID 1: it mounts, sets up its cgroups, mounts the images,
+// listens on the channels and serves. It never returns; on a fatal error
+// it logs, syncs and powers off.
+func Main() {
+	start := time.Now()
+	console := openConsole()
+	log := boot.NewLog(console, keepLogLines, boot.Uptime)
+	kernel := boot.KernelRelease()
+	log.Printf("pybox-agent %s (%s) on Linux %s", Version, Commit, kernel)
+	ignoreSignals(log)
+
+	// Every mount happens before the first frame is read.
+	if err := boot.MountAll(boot.Mounts, log.Printf); err != nil {
+		fatal(log, err)
+	}
+	// The agent leaves the root cgroup before it starts any process, so
+	// every process it starts is born under agent/ or runs/.
+	if err := boot.SetupCgroups(); err != nil {
+		fatal(log, err)
+	}
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		fatal(log, fmt.Errorf("agent: read the kernel command line: %w", err))
+	}
+	mounted := boot.MountImages(string(cmdline), log.Printf)
+	reap.Start()
+
+	images := make([]wire.ImageInfo, len(mounted))
+	byName := map[string]wire.ImageInfo{}
+	for i, img := range mounted {
+		images[i] = img.ImageInfo
+		byName[img.Name] = img.ImageInfo
+	}
+	b := box.New(box.Config{Images: byName, Agent: Info(kernel)})
+	a := New(Config{
+		Kernel:   kernel,
+		Images:   images,
+		Runner:   b,
+		Logf:     log.Printf,
+		PowerOff: func() { log.Printf("agent: powering off"); log.Flush(time.Second); boot.PowerOff() },
+		Files:    os.DirFS("/"),
+		LogLines: log.Lines,
+	})
+
+	go func() {
+		err := a.Console(console, console)
+		log.Printf("agent: console prompt ended: %v", err)
+	}()
+	listeners := []Listener{channel.VirtioPort(channel.PortName, log.Printf)}
+	if l, err := channel.Vsock(channel.VsockPort, log.Printf); err == nil {
+		listeners = append(listeners, l)
+	} else {
+		log.Printf("agent: %v", err)
+	}
+	for _, l := range listeners {
+		go a.Accept(l)
+	}
+	log.Printf("agent: ready in %d ms, %.3f s after the kernel started; images: %s; listening on %s; console: type help",
+		time.Since(start).Milliseconds(), boot.Uptime().Seconds(), a.imageList(), names(listeners))
+	for {
+		// PID 1 must never return; a plain select{} could be taken for a
+		// deadlock by the Go runtime when every goroutine waits.
+		time.Sleep(time.Hour)
+	}
+}
+
+// Listener yields connections; channel's listeners are ones.
+type Listener interface {
+	Accept() (io.ReadWriteCloser, error)
+	String() string
+}
+
+// Accept serves every connection l yields, each in its own goroutine.
+func (a *Agent) Accept(l Listener) {
+	for {
+		c, err := l.Accept()
+		if errors.Is(err, os.ErrClosed) {
+			return
+		}
+		if err != nil {
+			a.logf("agent: %s: accept: %v", l, err)
+			time.Sleep(time.Second) // a failing listener must not spin
+			continue
+		}
+		go a.serveSafely(c)
+	}
+}
+
+// serveSafely serves a connection; a panic in serving it is logged and
+// ends that connection only: PID 1 must not die of it.
+func (a *Agent) serveSafely(c io.ReadWriteCloser) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.logf("agent: %s: panic while serving: %v", nameOf(c), p)
+			c.Close()
+		}
+	}()
+	a.Serve(c)
+}
+
+func names(ls []Listener) string {
+	s := make([]string, len(ls))
+	for i, l := range ls {
+		s[i] = l.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// openConsole opens the serial console for the log and the prompt. The
+// kernel gave PID 1 the console as fds 0-2 when the initramfs has a
+// /dev/console node; a file of its own keeps the agent's non-blocking
+// mode off those fds.
+func openConsole() *os.File {
+	f, err := os.OpenFile("/dev/console", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return os.Stderr
+	}
+	return f
+}
+
+// ignoreSignals catches the signals whose default action would end a
+// process. The kernel already ignores them for PID 1, but Go's runtime
+// would exit on them itself, and PID 1 exiting panics the kernel.
+// Caught, rather than ignored, so that processes started from PID 1 do
+// not inherit an ignored disposition.
+func ignoreSignals(log *boot.Log) {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGPIPE,
+		unix.SIGUSR1, unix.SIGUSR2, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGALRM)
+	go func() {
+		for s := range ch {
+			log.Printf("agent: ignored signal %v", s)
+		}
+	}()
+}
+
+// fatal ends the VM after a failure the agent cannot serve without.
+func fatal(log *boot.Log, err error) {
+	log.Printf("agent: FATAL: %v; powering off", err)
+	log.Flush(2 * time.Second)
+	boot.PowerOff()
+}

@@ -1,0 +1,361 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pybox/shared/frame"
+	"pybox/shared/wire"
+)
+
+// shutdownGrace bounds how long shutdown waits for a cancelled run to
+// clean up and send its receipt before the VM goes off.
+const shutdownGrace = 10 * time.Second
+
+// Serve answers the frames on one connection until it ends, then closes
+// it. It returns why the connection was dropped, or nil when the host
+// closed it. A run started on the connection is cancelled when it ends:
+// its receipt would have nowhere to go.
+//
+// A frame that cannot be read (too large, empty, cut off) leaves the
+// stream at an unknown place: no resynchronisation is possible, so the
+// connection is dropped. A frame that is read but not understood is
+// answered with a protocol error and the connection goes on.
+func (a *Agent) Serve(rwc io.ReadWriteCloser) error {
+	c := &conn{rwc: rwc, name: nameOf(rwc), timeout: a.cfg.WriteTimeout, logf: a.cfg.Logf}
+	a.opened()
+	a.logf("agent: %s: serving", c)
+	defer a.closed(c)
+	helloed := false
+	for {
+		p, err := frame.Read(rwc)
+		if errors.Is(err, io.EOF) {
+			a.logf("agent: %s: closed by the host", c)
+			return nil
+		}
+		if err != nil {
+			a.logf("agent: %s: dropped: %v", c, err)
+			return err
+		}
+		m, err := wire.Decode(p)
+		if err != nil {
+			c.sendError(idOf(p), wire.ErrProtocol, err.Error())
+			continue
+		}
+		if m.Type != wire.TypeHello && !helloed {
+			c.sendError(m.ID, wire.ErrProtocol, "send hello first: every connection starts with a hello")
+			continue
+		}
+		switch m.Type {
+		case wire.TypeHello:
+			helloed = a.handleHello(c, m)
+		case wire.TypePing:
+			c.send(&wire.Message{Type: wire.TypePong, ID: m.ID})
+		case wire.TypeRun:
+			a.handleRun(c, m.ID, m.Run)
+		case wire.TypeCancel:
+			a.cancel(m.Cancel.RunID)
+			c.send(&wire.Message{Type: wire.TypeOK, ID: m.ID})
+		case wire.TypeShutdown:
+			c.send(&wire.Message{Type: wire.TypeOK, ID: m.ID})
+			a.shutdown()
+			return nil
+		default:
+			c.sendError(m.ID, wire.ErrProtocol, fmt.Sprintf("a host does not send %q messages", m.Type))
+		}
+	}
+}
+
+// handleHello answers a hello; it may come again at any time (a new host
+// on the same long-lived stream) and is answered each time.
+func (a *Agent) handleHello(c *conn, m *wire.Message) bool {
+	if m.Hello.Protocol != wire.ProtocolVersion {
+		c.sendError(m.ID, wire.ErrProtocol, fmt.Sprintf(
+			"the host speaks protocol %d and this agent speaks %d: use a pybox and a guest from the same release",
+			m.Hello.Protocol, wire.ProtocolVersion))
+		return false
+	}
+	a.logf("agent: %s: hello (protocol %d)", c, m.Hello.Protocol)
+	h := a.hello
+	c.send(&wire.Message{Type: wire.TypeHello, ID: m.ID, Hello: &h})
+	return true
+}
+
+// handleRun checks a run and starts it, or answers why not. Nothing is
+// queued: a run while another runs is busy at once.
+func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
+	if err := r.Check(); err != nil {
+		c.sendError(id, wire.ErrBadRequest, err.Error())
+		return
+	}
+	if _, ok := a.images[r.Image]; !ok {
+		c.sendError(id, wire.ErrNoImage, fmt.Sprintf("image %q is not in this VM; it has: %s", r.Image, a.imageList()))
+		return
+	}
+	if e := a.start(c, id, r); e != nil {
+		c.send(&wire.Message{Type: wire.TypeError, ID: id, Error: e})
+	}
+}
+
+func (a *Agent) imageList() string {
+	if len(a.hello.Images) == 0 {
+		return "none (start the VM with at least one image)"
+	}
+	names := make([]string, len(a.hello.Images))
+	for i, img := range a.hello.Images {
+		names[i] = img.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// start makes r the current run, or says why it cannot be.
+func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
+	health := a.cfg.Runner.Healthy()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.stopping:
+		return &wire.Error{Code: wire.ErrNoVM, Message: "the VM is shutting down"}
+	case a.current != nil:
+		return &wire.Error{Code: wire.ErrBusy, Message: fmt.Sprintf(
+			"run %s is in progress; nothing was queued: try again when it has finished", a.current.id)}
+	case a.broken != nil:
+		health = a.broken
+	}
+	if health != nil {
+		return &wire.Error{Code: wire.ErrUnhealthy, Message: health.Error()}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if i := slices.Index(a.precancel, r.RunID); i >= 0 {
+		// The cancel overtook its run: the run starts cancelled.
+		a.precancel = slices.Delete(a.precancel, i, i+1)
+		cancel()
+	}
+	ar := &activeRun{id: r.RunID, image: r.Image, conn: c, cancel: cancel,
+		started: time.Now(), done: make(chan struct{})}
+	a.current = ar
+	a.logf("agent: run %s started (image %s, timeout %gs)", r.RunID, r.Image, r.TimeoutSeconds)
+	go a.run(ctx, ar, id, r)
+	return nil
+}
+
+// run runs r in the box and sends its receipt to the connection it came
+// from. The run stops being current before the receipt is sent, so the
+// host may start the next run as soon as it has the receipt.
+func (a *Agent) run(ctx context.Context, ar *activeRun, id uint64, r *wire.Run) {
+	defer close(ar.done)
+	res, err := a.runBox(ctx, r)
+	ar.cancel()
+	a.finish(ar, res, err)
+	if err != nil {
+		ar.conn.send(&wire.Message{Type: wire.TypeError, ID: id, Error: err})
+		return
+	}
+	ar.conn.sendResult(id, res)
+}
+
+// runBox calls the runner and turns a panic in it into an error: PID 1
+// must outlive a bug in the box code. After a panic the box's state is
+// unknown, so the agent refuses further runs.
+func (a *Agent) runBox(ctx context.Context, r *wire.Run) (res *wire.Result, e *wire.Error) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.logf("agent: run %s: the box panicked: %v\n%s", r.RunID, p, debug.Stack())
+			a.mu.Lock()
+			a.broken = fmt.Errorf("the box code panicked in run %s; restart the VM (pybox vm stop; pybox vm start)", r.RunID)
+			a.mu.Unlock()
+			e = &wire.Error{Code: wire.ErrInternal, Message: fmt.Sprintf("the box panicked: %v", p),
+				Cleanup: &wire.Cleanup{Status: wire.CleanupFailed, Detail: "the box's state is unknown after a panic"}}
+		}
+	}()
+	res = a.cfg.Runner.Run(ctx, r)
+	if res == nil {
+		return nil, &wire.Error{Code: wire.ErrInternal, Message: "the box returned no result",
+			Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}}
+	}
+	return res, nil
+}
+
+// finish records a run and clears it as the current one.
+func (a *Agent) finish(ar *activeRun, res *wire.Result, e *wire.Error) {
+	rec := record{id: ar.id, image: ar.image, ended: time.Now()}
+	if res != nil {
+		rec.status, rec.cleanup, rec.wallMS = res.Receipt.Status, res.Receipt.Cleanup.Status, res.Receipt.WallMS
+	} else {
+		rec.status, rec.cleanup = "error: "+e.Code, wire.CleanupUnknown
+		if e.Cleanup != nil {
+			rec.cleanup = e.Cleanup.Status
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.current = nil
+	if res != nil {
+		a.last = res
+	}
+	a.history = append(a.history, rec)
+	if len(a.history) > keepRuns {
+		a.history = slices.Delete(a.history, 0, len(a.history)-keepRuns)
+	}
+	a.logf("agent: run %s finished: %s, cleanup %s, %d ms", rec.id, rec.status, rec.cleanup, rec.wallMS)
+}
+
+// cancel stops the run with this id. A cancel for a finished run does
+// nothing; one for a run not seen yet is remembered (a few of them), so
+// the run starts cancelled if it comes after its cancel.
+func (a *Agent) cancel(runID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.current != nil && a.current.id == runID {
+		a.logf("agent: run %s: cancelled by the host", runID)
+		a.current.cancel()
+		return
+	}
+	for _, r := range a.history {
+		if r.id == runID {
+			return
+		}
+	}
+	if !slices.Contains(a.precancel, runID) {
+		a.precancel = append(a.precancel, runID)
+	}
+	if len(a.precancel) > keepPrecancels {
+		a.precancel = slices.Delete(a.precancel, 0, len(a.precancel)-keepPrecancels)
+	}
+}
+
+// shutdown refuses new runs, cancels the current one, gives it a moment
+// to clean up and send its receipt, then powers off.
+func (a *Agent) shutdown() {
+	a.mu.Lock()
+	a.stopping = true
+	cur := a.current
+	a.mu.Unlock()
+	a.logf("agent: shutdown requested")
+	if cur != nil {
+		cur.cancel()
+		select {
+		case <-cur.done:
+		case <-time.After(shutdownGrace):
+			a.logf("agent: run %s did not end within %v; powering off anyway", cur.id, shutdownGrace)
+		}
+	}
+	a.cfg.PowerOff()
+}
+
+func (a *Agent) opened() {
+	a.mu.Lock()
+	a.open++
+	a.served++
+	a.mu.Unlock()
+}
+
+// closed ends a connection and cancels the run whose receipt it awaited.
+func (a *Agent) closed(c *conn) {
+	c.close()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.open--
+	if a.current != nil && a.current.conn == c {
+		a.logf("agent: run %s: cancelled: its connection %s closed", a.current.id, c)
+		a.current.cancel()
+	}
+}
+
+// idOf finds the id of a message that did not decode, so that the error
+// goes back with it when it can.
+func idOf(p []byte) uint64 {
+	var m struct {
+		ID uint64 `json:"id"`
+	}
+	json.Unmarshal(p, &m)
+	return m.ID
+}
+
+func nameOf(rwc io.ReadWriteCloser) string {
+	if s, ok := rwc.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return fmt.Sprintf("%T", rwc)
+}
+
+// conn is one connection to the host. Writes are serialized: a receipt
+// from a run's goroutine and a pong from the serving loop never
+// interleave their bytes.
+type conn struct {
+	rwc     io.ReadWriteCloser
+	name    string
+	timeout time.Duration
+	logf    func(string, ...any)
+
+	mu        sync.Mutex // held for a whole frame write
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+func (c *conn) String() string { return c.name }
+
+func (c *conn) sendError(id uint64, code, msg string) {
+	c.send(&wire.Message{Type: wire.TypeError, ID: id, Error: &wire.Error{Code: code, Message: msg}})
+}
+
+// sendResult sends a receipt; one too large for a frame (the box is
+// meant to prevent that) still reports its run's cleanup status.
+func (c *conn) sendResult(id uint64, res *wire.Result) {
+	err := c.send(&wire.Message{Type: wire.TypeReceipt, ID: id, Result: res})
+	if errors.Is(err, frame.ErrTooLarge) {
+		cl := res.Receipt.Cleanup
+		c.send(&wire.Message{Type: wire.TypeError, ID: id, Error: &wire.Error{Code: wire.ErrInternal,
+			Message: fmt.Sprintf("the receipt of run %s is larger than a frame; it was not sent", res.Receipt.RunID),
+			Cleanup: &cl}})
+	}
+}
+
+// send writes one message. A host that does not take it within the write
+// timeout is taken to be gone: the connection is closed.
+func (c *conn) send(m *wire.Message) error {
+	p, err := wire.Encode(m)
+	if err != nil {
+		c.logf("agent: %s: encode %s: %v", c, m.Type, err)
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		c.logf("agent: %s: %s %d not sent: the connection is closed", c, m.Type, m.ID)
+		return io.ErrClosedPipe
+	}
+	d, canDeadline := c.rwc.(interface{ SetWriteDeadline(time.Time) error })
+	if canDeadline {
+		d.SetWriteDeadline(time.Now().Add(c.timeout))
+	}
+	err = frame.Write(c.rwc, p)
+	if canDeadline {
+		d.SetWriteDeadline(time.Time{})
+	}
+	if err != nil && !errors.Is(err, frame.ErrTooLarge) {
+		c.logf("agent: %s: dropped: writing %s: %v", c, m.Type, err)
+		c.close()
+	} else if err != nil {
+		c.logf("agent: %s: %s %d not sent: %v", c, m.Type, m.ID, err)
+	}
+	return err
+}
+
+// close closes the connection once. It does not wait for the write lock:
+// closing is what unblocks a write stuck on a host that does not read.
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.rwc.Close()
+	})
+}

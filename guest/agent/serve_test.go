@@ -1,0 +1,367 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pybox/shared/frame"
+	"pybox/shared/wire"
+)
+
+// fakeRunner holds each run until the test releases it or it is
+// cancelled.
+type fakeRunner struct {
+	started chan *wire.Run
+	release chan struct{}
+	health  error
+	panics  bool
+	calls   atomic.Int32
+}
+
+func newFakeRunner() *fakeRunner {
+	return &fakeRunner{started: make(chan *wire.Run, 8), release: make(chan struct{}, 8)}
+}
+
+func (f *fakeRunner) Run(ctx context.Context, r *wire.Run) *wire.Result {
+	f.calls.Add(1)
+	if f.panics {
+		panic("box bug")
+	}
+	f.started <- r
+	status := wire.StatusOK
+	select {
+	case <-ctx.Done():
+		status = wire.StatusCancelled
+	case <-f.release:
+	}
+	return &wire.Result{Receipt: wire.Receipt{RunID: r.RunID, Status: status, WallMS: 7,
+		Cleanup: wire.Cleanup{Status: wire.CleanupRemoved}}}
+}
+
+func (f *fakeRunner) Healthy() error { return f.health }
+
+var testImages = []wire.ImageInfo{{Name: "stdlib", Digest: strings.Repeat("ab", 32)}}
+
+// host is the test's side of a connection to the agent.
+type host struct {
+	t      *testing.T
+	c      net.Conn
+	served chan error // what Serve returned
+	nextID uint64
+}
+
+func newAgent(t *testing.T, r *fakeRunner, powerOff func()) *Agent {
+	return New(Config{Kernel: "6.1.0-test", Images: testImages, Runner: r, Logf: t.Logf, PowerOff: powerOff,
+		WriteTimeout: 2 * time.Second})
+}
+
+func connect(t *testing.T, a *Agent) *host {
+	t.Helper()
+	hc, ac := net.Pipe()
+	h := &host{t: t, c: hc, served: make(chan error, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.served <- a.Serve(ac)
+	}()
+	t.Cleanup(func() {
+		hc.Close()
+		<-done // Serve logs through t until it returns
+	})
+	return h
+}
+
+func (h *host) sendRaw(p []byte) {
+	h.t.Helper()
+	h.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if err := frame.Write(h.c, p); err != nil {
+		h.t.Fatalf("host write: %v", err)
+	}
+}
+
+func (h *host) send(m *wire.Message) uint64 {
+	h.t.Helper()
+	h.nextID++
+	m.ID = h.nextID
+	p, err := wire.Encode(m)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.sendRaw(p)
+	return m.ID
+}
+
+func (h *host) recv() *wire.Message {
+	h.t.Helper()
+	h.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	p, err := frame.Read(h.c)
+	if err != nil {
+		h.t.Fatalf("host read: %v", err)
+	}
+	m, err := wire.Decode(p)
+	if err != nil {
+		h.t.Fatalf("host decode: %v", err)
+	}
+	return m
+}
+
+// expect receives one message of type typ answering id.
+func (h *host) expect(id uint64, typ string) *wire.Message {
+	h.t.Helper()
+	m := h.recv()
+	if m.Type != typ || m.ID != id {
+		h.t.Fatalf("got %s id %d (%+v), want %s id %d", m.Type, m.ID, m.Error, typ, id)
+	}
+	return m
+}
+
+func (h *host) expectError(id uint64, code string) *wire.Error {
+	h.t.Helper()
+	m := h.expect(id, wire.TypeError)
+	if m.Error.Code != code {
+		h.t.Fatalf("error %q (%s), want %q", m.Error.Code, m.Error.Message, code)
+	}
+	return m.Error
+}
+
+func (h *host) hello() *wire.Hello {
+	h.t.Helper()
+	id := h.send(&wire.Message{Type: wire.TypeHello, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}})
+	return h.expect(id, wire.TypeHello).Hello
+}
+
+func validRun(id string) *wire.Run {
+	return &wire.Run{RunID: id, Code: "print(1)", Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
+}
+
+func TestHello(t *testing.T) {
+	h := connect(t, newAgent(t, newFakeRunner(), nil))
+	got := h.hello()
+	if got.Protocol != wire.ProtocolVersion || got.AgentVersion != Version || got.AgentCommit != Commit ||
+		got.Kernel != "6.1.0-test" || len(got.Images) != 1 || got.Images[0] != testImages[0] {
+		t.Fatalf("hello %+v", got)
+	}
+	for _, c := range []string{"run", "cancel", "ping", "shutdown"} {
+		if !strings.Contains(strings.Join(got.Capabilities, ","), c) {
+			t.Errorf("capabilities %v lack %q", got.Capabilities, c)
+		}
+	}
+	// A second hello (a new host on the same stream) is answered too.
+	h.hello()
+}
+
+func TestHelloFirst(t *testing.T) {
+	h := connect(t, newAgent(t, newFakeRunner(), nil))
+	id := h.send(&wire.Message{Type: wire.TypePing})
+	h.expectError(id, wire.ErrProtocol)
+	id = h.send(&wire.Message{Type: wire.TypeHello, Hello: &wire.Hello{Protocol: wire.ProtocolVersion + 1}})
+	if e := h.expectError(id, wire.ErrProtocol); !strings.Contains(e.Message, "same release") {
+		t.Errorf("message %q does not say what to do", e.Message)
+	}
+	id = h.send(&wire.Message{Type: wire.TypePing})
+	h.expectError(id, wire.ErrProtocol)
+	h.hello()
+	id = h.send(&wire.Message{Type: wire.TypePing})
+	h.expect(id, wire.TypePong)
+}
+
+func TestGarbageIsRefusedAndServingGoesOn(t *testing.T) {
+	h := connect(t, newAgent(t, newFakeRunner(), nil))
+	h.hello()
+	h.sendRaw([]byte("this is not JSON"))
+	h.expectError(0, wire.ErrProtocol)
+	h.sendRaw([]byte(`{"type":"ping","id":41,"shell":true}`)) // unknown field
+	h.expectError(41, wire.ErrProtocol)
+	h.sendRaw([]byte(`{"type":"run","id":42}`)) // run without its body
+	h.expectError(42, wire.ErrProtocol)
+	h.sendRaw([]byte(`{"type":"pong","id":43}`)) // not a host's message
+	h.expectError(43, wire.ErrProtocol)
+	id := h.send(&wire.Message{Type: wire.TypePing})
+	h.expect(id, wire.TypePong)
+}
+
+// A frame that declares too much leaves the stream at an unknown place:
+// the connection is dropped without allocating for it.
+func TestTooLargeFrameDropsConnection(t *testing.T) {
+	h := connect(t, newAgent(t, newFakeRunner(), nil))
+	h.hello()
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], frame.Max+1)
+	h.c.Write(hdr[:])
+	select {
+	case err := <-h.served:
+		if !errors.Is(err, frame.ErrTooLarge) {
+			t.Fatalf("Serve returned %v, want frame.ErrTooLarge", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection not dropped")
+	}
+	h.c.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := h.c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the agent's side is still open")
+	}
+}
+
+func TestRunBusyCancel(t *testing.T) {
+	r := newFakeRunner()
+	h := connect(t, newAgent(t, r, nil))
+	h.hello()
+	runA := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("a")})
+	<-r.started
+	busy := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("b")})
+	if e := h.expectError(busy, wire.ErrBusy); !strings.Contains(e.Message, "nothing was queued") {
+		t.Errorf("busy message %q", e.Message)
+	}
+	id := h.send(&wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: "a"}})
+	// The ok and the receipt may come in either order.
+	got := map[uint64]*wire.Message{}
+	for range 2 {
+		m := h.recv()
+		got[m.ID] = m
+	}
+	if got[id] == nil || got[id].Type != wire.TypeOK {
+		t.Fatalf("cancel answered %+v", got[id])
+	}
+	if m := got[runA]; m == nil || m.Type != wire.TypeReceipt || m.Result.Receipt.Status != wire.StatusCancelled {
+		t.Fatalf("run a answered %+v", m)
+	}
+	// Not left busy; a cancel for a finished or unknown run is harmless.
+	for _, runID := range []string{"a", "nobody"} {
+		id = h.send(&wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: runID}})
+		h.expect(id, wire.TypeOK)
+	}
+	runC := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("c")})
+	<-r.started
+	r.release <- struct{}{}
+	if m := h.expect(runC, wire.TypeReceipt); m.Result.Receipt.Status != wire.StatusOK {
+		t.Fatalf("run c: %+v", m.Result.Receipt)
+	}
+	if n := r.calls.Load(); n != 2 {
+		t.Fatalf("runner called %d times, want 2", n)
+	}
+}
+
+func TestRunRefusedBeforeTheBox(t *testing.T) {
+	r := newFakeRunner()
+	a := newAgent(t, r, nil)
+	h := connect(t, a)
+	h.hello()
+	bad := validRun("x")
+	bad.TimeoutSeconds = 0
+	id := h.send(&wire.Message{Type: wire.TypeRun, Run: bad})
+	h.expectError(id, wire.ErrBadRequest)
+	bad = validRun("../x")
+	id = h.send(&wire.Message{Type: wire.TypeRun, Run: bad})
+	h.expectError(id, wire.ErrBadRequest)
+
+	noImg := validRun("y")
+	noImg.Image = "data"
+	id = h.send(&wire.Message{Type: wire.TypeRun, Run: noImg})
+	if e := h.expectError(id, wire.ErrNoImage); !strings.Contains(e.Message, "stdlib") {
+		t.Errorf("no_image message %q does not list the images", e.Message)
+	}
+
+	r.health = errors.New("cleanup of run q failed")
+	id = h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("z")})
+	h.expectError(id, wire.ErrUnhealthy)
+	if n := r.calls.Load(); n != 0 {
+		t.Fatalf("runner called %d times; nothing may run", n)
+	}
+}
+
+func TestCancelBeforeRun(t *testing.T) {
+	r := newFakeRunner()
+	h := connect(t, newAgent(t, r, nil))
+	h.hello()
+	id := h.send(&wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: "early"}})
+	h.expect(id, wire.TypeOK)
+	id = h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("early")})
+	<-r.started
+	if m := h.expect(id, wire.TypeReceipt); m.Result.Receipt.Status != wire.StatusCancelled {
+		t.Fatalf("a run whose cancel came first: %+v", m.Result.Receipt)
+	}
+}
+
+func TestShutdownCancelsThenPowersOff(t *testing.T) {
+	r := newFakeRunner()
+	off := make(chan struct{})
+	h := connect(t, newAgent(t, r, func() { close(off) }))
+	h.hello()
+	run := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("s")})
+	<-r.started
+	id := h.send(&wire.Message{Type: wire.TypeShutdown})
+	h.expect(id, wire.TypeOK)
+	if m := h.expect(run, wire.TypeReceipt); m.Result.Receipt.Status != wire.StatusCancelled {
+		t.Fatalf("run during shutdown: %+v", m.Result.Receipt)
+	}
+	select {
+	case <-off:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not powered off")
+	}
+}
+
+func TestClosedConnectionCancelsItsRun(t *testing.T) {
+	r := newFakeRunner()
+	a := newAgent(t, r, nil)
+	h := connect(t, a)
+	h.hello()
+	h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("orphan")})
+	<-r.started
+	h.c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.mu.Lock()
+		idle := a.current == nil && len(a.history) == 1 && a.history[0].status == wire.StatusCancelled
+		a.mu.Unlock()
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run of a closed connection was not cancelled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Another connection may run now.
+	h2 := connect(t, a)
+	h2.hello()
+	id := h2.send(&wire.Message{Type: wire.TypeRun, Run: validRun("next")})
+	<-r.started
+	r.release <- struct{}{}
+	h2.expect(id, wire.TypeReceipt)
+}
+
+func TestPanickingBoxMakesAgentUnhealthy(t *testing.T) {
+	r := newFakeRunner()
+	r.panics = true
+	h := connect(t, newAgent(t, r, nil))
+	h.hello()
+	id := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("p")})
+	e := h.expectError(id, wire.ErrInternal)
+	if e.Cleanup == nil || e.Cleanup.Status != wire.CleanupFailed {
+		t.Fatalf("cleanup after a panic: %+v", e.Cleanup)
+	}
+	id = h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("q")})
+	h.expectError(id, wire.ErrUnhealthy)
+}
+
+// A host that stops reading is dropped after the write timeout; the
+// agent does not hang on it.
+func TestStalledHostIsDropped(t *testing.T) {
+	a := newAgent(t, newFakeRunner(), nil)
+	a.cfg.WriteTimeout = 50 * time.Millisecond
+	h := connect(t, a)
+	h.hello()
+	h.send(&wire.Message{Type: wire.TypePing}) // never read
+	select {
+	case <-h.served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve still blocked on a host that does not read")
+	}
+}

@@ -1,0 +1,65 @@
+package boot
+
+import (
+	"fmt"
+	"strings"
+
+	"pybox/shared/wire"
+)
+
+// imageParam is the kernel command line parameter that names an image:
+// pybox.image=<name>:<sha256 hex>, one per image, in the order the host
+// attached the disks.
+const imageParam = "pybox.image="
+
+// ParseImages reads the images the host attached from the kernel command
+// line. Entries that break a rule are returned as errors and left out; a
+// bad entry never stops the others.
+func ParseImages(cmdline string) ([]wire.ImageInfo, []error) {
+	var images []wire.ImageInfo
+	var errs []error
+	seen := map[string]bool{}
+	for _, field := range strings.Fields(cmdline) {
+		v, ok := strings.CutPrefix(field, imageParam)
+		if !ok {
+			continue
+		}
+		img, err := parseImage(v)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("boot: kernel parameter %q: %w", field, err))
+		case seen[img.Name]:
+			errs = append(errs, fmt.Errorf("boot: image %q is named twice on the kernel command line; the first one is used", img.Name))
+		default:
+			seen[img.Name] = true
+			images = append(images, img)
+		}
+	}
+	return images, errs
+}
+
+func parseImage(v string) (wire.ImageInfo, error) {
+	name, digest, ok := strings.Cut(v, ":")
+	if !ok {
+		return wire.ImageInfo{}, fmt.Errorf("want <name>:<sha256 hex>")
+	}
+	if err := wire.CheckImageName(name); err != nil {
+		return wire.ImageInfo{}, err
+	}
+	if !isSHA256Hex(digest) {
+		return wire.ImageInfo{}, fmt.Errorf("digest %q is not 64 lower-case hex digits", digest)
+	}
+	return wire.ImageInfo{Name: name, Digest: digest}, nil
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
