@@ -14,7 +14,7 @@ HOST_LDFLAGS := -X pybox/host/version.Version=$(VERSION) -X pybox/host/version.C
 GUEST_LDFLAGS := -s -w -buildid= -X pybox/guest/agent.Version=$(VERSION) -X pybox/guest/agent.Commit=$(COMMIT)
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: all pybox guest kernel kernel-arm64 guest-arm64 images deps test test-unit check fuzz bench demo clean help
+.PHONY: all pybox guest kernel kernel-arm64 guest-arm64 images deps test check typecheck-darwin sign fuzz bench demo clean help
 
 all: pybox guest kernel ## Build bin/pybox, the guest agent, its initramfs and the kernel (default)
 
@@ -47,10 +47,17 @@ deps: ## Install every distribution package the build and tests need (Debian 12,
 test: all images ## Run every test: unit, fuzz seeds, and end to end against the real VM
 	scripts/test.sh
 
-check: ## gofmt, go vet and staticcheck
+check: typecheck-darwin ## gofmt, go vet, staticcheck and the darwin type check
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+
+typecheck-darwin: ## Type-check the darwin build of host/ and cmd/pybox against vz v3.7.1 (runs on Linux)
+	$(GO) test -count=1 ./host/internal/typecheck
+	$(GO) test -count=1 -run Darwin ./host/vm
+
+sign: bin/pybox ## macOS: sign bin/pybox ad hoc with the virtualization entitlement (Virtualization.framework needs it)
+	codesign --force --entitlements scripts/macos/pybox.entitlements -s - bin/pybox
 
 fuzz: ## Run every fuzz target for a while (FUZZTIME=60s each)
 	scripts/fuzz.sh $(or $(FUZZTIME),60s)

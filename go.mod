@@ -3,13 +3,25 @@ module pybox
 go 1.26.8
 
 require (
-	github.com/containerd/cgroups/v3 v3.1.3 // indirect
+	github.com/Code-Hex/vz/v3 v3.7.1
+	github.com/containerd/cgroups/v3 v3.1.3
+	github.com/mdlayher/vsock v1.4.0
+	github.com/modelcontextprotocol/go-sdk v1.8.0
+	github.com/seccomp/libseccomp-golang v0.11.1
+	golang.org/x/net v0.62.0
+	golang.org/x/sys v0.50.0
+)
+
+require (
+	github.com/Code-Hex/go-infinity-channel v1.0.0 // indirect
+	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/mdlayher/socket v0.8.0 // indirect
-	github.com/mdlayher/vsock v1.4.0 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
-	github.com/modelcontextprotocol/go-sdk v1.8.0 // indirect
-	github.com/seccomp/libseccomp-golang v0.11.1 // indirect
-	golang.org/x/net v0.62.0 // indirect
+	github.com/segmentio/asm v1.1.3 // indirect
+	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/mod v0.22.0 // indirect
+	golang.org/x/oauth2 v0.35.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
 )

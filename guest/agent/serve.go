@@ -93,15 +93,17 @@ func (a *Agent) handleHello(c *conn, m *wire.Message) bool {
 // handleRun checks a run and starts it, or answers why not. Nothing is
 // queued: a run while another runs is busy at once.
 func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
+	var e *wire.Error
 	if err := r.Check(); err != nil {
-		c.sendError(id, wire.ErrBadRequest, err.Error())
-		return
+		e = &wire.Error{Code: wire.ErrBadRequest, Message: err.Error()}
+	} else if _, ok := a.images[r.Image]; !ok {
+		e = &wire.Error{Code: wire.ErrNoImage, Message: fmt.Sprintf("image %q is not in this VM; it has: %s", r.Image, a.imageList())}
+	} else {
+		e = a.start(c, id, r)
 	}
-	if _, ok := a.images[r.Image]; !ok {
-		c.sendError(id, wire.ErrNoImage, fmt.Sprintf("image %q is not in this VM; it has: %s", r.Image, a.imageList()))
-		return
-	}
-	if e := a.start(c, id, r); e != nil {
+	if e != nil {
+		// Nothing of this run was made, and the host should say so.
+		e.Cleanup = &wire.Cleanup{Status: wire.CleanupNotAttempted}
 		c.send(&wire.Message{Type: wire.TypeError, ID: id, Error: e})
 	}
 }

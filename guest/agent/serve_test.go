@@ -127,6 +127,10 @@ func (h *host) expectError(id uint64, code string) *wire.Error {
 	if m.Error.Code != code {
 		h.t.Fatalf("error %q (%s), want %q", m.Error.Code, m.Error.Message, code)
 	}
+	refusedRun := code == wire.ErrBusy || code == wire.ErrBadRequest || code == wire.ErrNoImage || code == wire.ErrUnhealthy
+	if refusedRun && (m.Error.Cleanup == nil || m.Error.Cleanup.Status != wire.CleanupNotAttempted) {
+		h.t.Fatalf("a refused run (%s) says cleanup %+v, want %s", code, m.Error.Cleanup, wire.CleanupNotAttempted)
+	}
 	return m.Error
 }
 

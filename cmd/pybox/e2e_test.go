@@ -1,0 +1,524 @@
+package main
+
+// End-to-end tests: the real pybox binary, the real kernel and initramfs
+// from build/x86_64/ (or $PYBOX_KERNEL / $PYBOX_INITRAMFS), real QEMU
+// (TCG here), each in its own temporary PYBOX_HOME.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"pybox/host/client"
+	"pybox/host/paths"
+	"pybox/host/supervisor"
+	"pybox/host/vm"
+	"pybox/shared/frame"
+	"pybox/shared/wire"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	buildDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// guestArtifactsForTest finds the kernel and initramfs, or stops the test:
+// a skip with the fix when they are missing, and a failure in CI, where
+// a skipped suite would hide that nothing was tested.
+func guestArtifactsForTest(t testing.TB) (string, string) {
+	t.Helper()
+	pick := func(env, name string) string {
+		if p := os.Getenv(env); p != "" {
+			return p
+		}
+		p, _ := filepath.Abs(filepath.Join("..", "..", "build", "x86_64", name))
+		return p
+	}
+	k, i := pick("PYBOX_KERNEL", "bzImage"), pick("PYBOX_INITRAMFS", "initramfs.cpio")
+	for _, p := range []string{k, i} {
+		if _, err := os.Stat(p); err != nil {
+			msg := fmt.Sprintf("no %s: run `make` first (it builds the kernel and the initramfs), or set PYBOX_KERNEL and PYBOX_INITRAMFS", p)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no qemu-system-x86_64: run `make deps`")
+		}
+		t.Skip("no qemu-system-x86_64: run `make deps`")
+	}
+	return k, i
+}
+
+// pyboxBin builds the pybox binary once per test run.
+func pyboxBin(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "pybox-e2e-bin")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(buildDir, "pybox")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// vmEnv is one PYBOX_HOME with the binary and guest artifacts to use.
+type vmEnv struct {
+	t    testing.TB
+	bin  string
+	home string
+	env  []string
+}
+
+func newVMEnv(t testing.TB) *vmEnv {
+	k, i := guestArtifactsForTest(t)
+	// A short path: unix socket paths are limited to about 100 bytes.
+	home, err := os.MkdirTemp("", "pybox-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &vmEnv{t: t, bin: pyboxBin(t), home: home}
+	e.env = append(os.Environ(), "PYBOX_HOME="+home, "PYBOX_KERNEL="+k, "PYBOX_INITRAMFS="+i)
+	t.Cleanup(func() {
+		e.pybox("vm", "stop")
+		e.killAll()
+		os.RemoveAll(home)
+	})
+	return e
+}
+
+// pybox runs the binary and returns stdout, stderr and the exit code.
+func (e *vmEnv) pybox(args ...string) (string, string, int) {
+	e.t.Helper()
+	cmd := exec.Command(e.bin, args...)
+	cmd.Env = e.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("pybox %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// mustStart starts the VM and fails the test unless it comes up.
+func (e *vmEnv) mustStart(args ...string) string {
+	e.t.Helper()
+	out, errOut, code := e.pybox(append([]string{"vm", "start", "--cpus", "1", "--memory", "512"}, args...)...)
+	if code != 0 || !strings.Contains(out, "VM running") {
+		e.t.Fatalf("vm start: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	e.t.Logf("vm start: %s%s", errOut, out)
+	return errOut + out
+}
+
+// processes returns the pids whose command line mentions this home.
+func (e *vmEnv) processes() []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte(e.home)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func (e *vmEnv) killAll() {
+	for _, pid := range e.processes() {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func (e *vmEnv) state() *supervisor.State {
+	st, err := supervisor.ReadState(paths.ForVM(e.home))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+// expectGone checks that the VM left nothing behind.
+func (e *vmEnv) expectGone() {
+	e.t.Helper()
+	d := paths.ForVM(e.home)
+	for _, p := range []string{d.Socket(), d.ConsoleSocket(), d.GuestSocket(), d.State()} {
+		if _, err := os.Lstat(p); err == nil {
+			e.t.Errorf("%s is left behind", p)
+		}
+	}
+	// A killed QEMU may linger as a zombie for a moment; zombies have an
+	// empty command line and do not count.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(e.processes()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if pids := e.processes(); len(pids) > 0 {
+		e.t.Errorf("processes left running: %v", pids)
+	}
+}
+
+func TestVMLifecycle(t *testing.T) {
+	e := newVMEnv(t)
+
+	out := e.mustStart("--accel", "auto")
+	if !strings.Contains(out, "accel") {
+		t.Errorf("start does not say the accelerator: %s", out)
+	}
+	if _, err := os.Stat("/dev/kvm"); err == nil && !strings.Contains(out, "kvm") {
+		t.Errorf("with /dev/kvm, auto should say what became of kvm: %s", out)
+	}
+
+	t.Run("status", func(t *testing.T) {
+		out, _, code := e.pybox("vm", "status", "--json")
+		var s supervisor.Status
+		if err := json.Unmarshal([]byte(out), &s); err != nil || code != 0 || !s.Running || s.State == nil {
+			t.Fatalf("status: exit %d %q %v", code, out, err)
+		}
+		if s.State.QEMUPid == 0 || s.State.AgentVersion == "" || s.State.BootMS == 0 || s.Agent != "answering" {
+			t.Errorf("status %+v, state %+v", s, s.State)
+		}
+		fi, err := os.Stat(paths.ForVM(e.home).Socket())
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("socket: %v %v", fi, err)
+		}
+	})
+
+	t.Run("ping", func(t *testing.T) {
+		c, err := client.Dial(e.home)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if c.Hello().Protocol != wire.ProtocolVersion || c.Hello().Kernel == "" {
+			t.Errorf("hello %+v", c.Hello())
+		}
+		t0 := time.Now()
+		if err := c.Ping(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("ping round trip %v", time.Since(t0))
+	})
+
+	t.Run("console log holds the boot line", func(t *testing.T) {
+		out, _, code := e.pybox("vm", "logs")
+		if code != 0 || !strings.Contains(out, "pybox-agent") {
+			t.Errorf("vm logs: exit %d\n%s", code, out)
+		}
+	})
+
+	t.Run("start while running", func(t *testing.T) {
+		qemu := e.state().QEMUPid
+		out, _, code := e.pybox("vm", "start")
+		if code != 0 || !strings.Contains(out, "already running") {
+			t.Errorf("second start: exit %d %q", code, out)
+		}
+		if st := e.state(); st == nil || st.QEMUPid != qemu {
+			t.Errorf("the second start changed the VM: %+v", st)
+		}
+	})
+
+	t.Run("two clients at once", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := 0; i < 2; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := client.Dial(e.home)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer c.Close()
+				for j := 0; j < 20; j++ {
+					if err := c.Ping(context.Background()); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	})
+
+	t.Run("oversized and garbage frames refused", func(t *testing.T) {
+		for _, bad := range [][]byte{
+			binary.BigEndian.AppendUint32(nil, 0xFFFFFFFF),
+			binary.BigEndian.AppendUint32(nil, frame.Max+1),
+			append(binary.BigEndian.AppendUint32(nil, 6), "garbag"...),
+			binary.BigEndian.AppendUint32(nil, 0),
+		} {
+			nc, err := net.Dial("unix", paths.ForVM(e.home).Socket())
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc.SetDeadline(time.Now().Add(10 * time.Second))
+			nc.Write(bad)
+			p, err := frame.Read(nc)
+			if err != nil {
+				t.Fatalf("no answer to %x: %v", bad[:4], err)
+			}
+			m, err := wire.Decode(p)
+			if err != nil || m.Type != wire.TypeError || m.Error.Code != wire.ErrProtocol {
+				t.Errorf("answer to %x: %+v %v", bad[:4], m, err)
+			}
+			if _, err := frame.Read(nc); err == nil {
+				t.Errorf("the connection stayed open after %x", bad[:4])
+			}
+			nc.Close()
+		}
+		c, err := client.Dial(e.home)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Ping(context.Background()); err != nil {
+			t.Errorf("the VM no longer answers: %v", err)
+		}
+	})
+
+	t.Run("console prompt", func(t *testing.T) {
+		nc, err := net.Dial("unix", paths.ForVM(e.home).ConsoleSocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.Write([]byte("status\n"))
+		nc.SetReadDeadline(time.Now().Add(15 * time.Second))
+		sc := bufio.NewScanner(nc)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "kernel") {
+				return
+			}
+		}
+		t.Errorf("no status from the console prompt: %v", sc.Err())
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		out, errOut, code := e.pybox("vm", "stop")
+		if code != 0 || !strings.Contains(out, "stopped") || strings.Contains(errOut, "killing") {
+			t.Errorf("stop: exit %d %q %q", code, out, errOut)
+		}
+		e.expectGone()
+		out, _, code = e.pybox("vm", "stop")
+		if code != 0 || !strings.Contains(out, "not running") {
+			t.Errorf("second stop: exit %d %q", code, out)
+		}
+	})
+
+	t.Run("start after stop, with an image", func(t *testing.T) {
+		img, digest := tinyImage(t, e.home)
+		out := e.mustStart("--accel", "auto", "--image-file", "tiny="+img)
+		if _, err := os.Stat("/dev/kvm"); err == nil && !strings.Contains(out, "kvm unusable here (cached probe); using tcg") &&
+			!strings.Contains(out, "accel kvm") {
+			t.Errorf("the second start did not use the cached KVM probe: %s", out)
+		}
+		st := e.state()
+		if len(st.GuestImages) != 1 || st.GuestImages[0].Name != "tiny" || st.GuestImages[0].Digest != digest {
+			t.Errorf("the guest mounted %+v, want tiny with sha256 %s", st.GuestImages, digest)
+		}
+	})
+
+	t.Run("QEMU killed from outside", func(t *testing.T) {
+		st := e.state()
+		if err := syscall.Kill(st.QEMUPid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code := e.pybox("vm", "status")
+		if code != 3 || !strings.Contains(out, "not running") {
+			t.Errorf("status after kill: exit %d %q", code, out)
+		}
+		e.expectGone()
+	})
+
+	t.Run("run without a VM", func(t *testing.T) {
+		script := filepath.Join(e.home, "s.py")
+		os.WriteFile(script, []byte("print(1)\n"), 0o600)
+		t0 := time.Now()
+		_, errOut, code := e.pybox("run", script)
+		if code != 1 || !strings.Contains(errOut, "pybox vm start") || !strings.Contains(errOut, "NOT_ATTEMPTED") {
+			t.Errorf("run with no VM: exit %d %q", code, errOut)
+		}
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("run with no VM took %v", d)
+		}
+	})
+}
+
+func TestVMStartFailureLeavesNothing(t *testing.T) {
+	e := newVMEnv(t)
+	bad := filepath.Join(e.home, "bad.cpio")
+	os.WriteFile(bad, []byte("not an initramfs"), 0o600)
+	out, errOut, code := e.pybox("vm", "start", "--accel", "tcg", "--cpus", "1", "--memory", "256", "--initramfs", bad)
+	if code == 0 {
+		t.Fatalf("start with a broken initramfs succeeded: %s", out)
+	}
+	if !strings.Contains(errOut, "did not start") || !strings.Contains(errOut, "console log") || !strings.Contains(errOut, "nothing is left running") {
+		t.Errorf("the failure does not say why:\n%s", errOut)
+	}
+	e.expectGone()
+}
+
+// tinyImage makes a small erofs image (the guest mounts erofs) and returns
+// its path and sha256.
+func tinyImage(t *testing.T, dir string) (string, string) {
+	t.Helper()
+	src := filepath.Join(dir, "tiny-src")
+	os.MkdirAll(src, 0o755)
+	os.WriteFile(filepath.Join(src, "hello.txt"), []byte("hello\n"), 0o644)
+	img := filepath.Join(dir, "tiny.erofs")
+	if out, err := exec.Command("mkfs.erofs", img, src).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.erofs (try: make deps, or apt-get install erofs-utils): %v\n%s", err, out)
+	}
+	sum, err := vm.FileSHA256(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, sum
+}
+
+// BenchmarkVMBoot measures `pybox vm start` to the guest's hello: each
+// iteration boots and stops a VM. Run with -benchtime=5x.
+func BenchmarkVMBoot(b *testing.B) {
+	e := newVMEnv(b)
+	var boots []float64
+	accel := ""
+	for i := 0; i < b.N; i++ {
+		e.pybox("vm", "start", "--accel", "auto")
+		st := e.state()
+		if st == nil {
+			b.Fatal("the VM did not start")
+		}
+		boots = append(boots, float64(st.BootMS))
+		accel = st.Accel
+		e.pybox("vm", "stop")
+	}
+	b.ReportMetric(median(boots), "median-boot-ms")
+	b.Logf("accel %s, boots (ms): %v", accel, boots)
+}
+
+// BenchmarkVMPing measures a ping round trip through the supervisor to
+// the guest agent and back.
+func BenchmarkVMPing(b *testing.B) {
+	e := newVMEnv(b)
+	e.pybox("vm", "start", "--accel", "auto")
+	st := e.state()
+	if st == nil {
+		b.Fatal("the VM did not start")
+	}
+	c, err := client.Dial(e.home)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	rtts := make([]float64, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := c.Ping(ctx); err != nil {
+			b.Fatal(err)
+		}
+		rtts = append(rtts, float64(time.Since(t0).Microseconds())/1000)
+	}
+	b.ReportMetric(median(rtts), "median-ms")
+	b.Logf("accel %s", st.Accel)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// hangingKVM stands in for QEMU: asked for KVM, it starts a paused TCG
+// VM instead, which never says hello, like the nested KVM that hangs
+// after "Booting from ROM" on some hosts.
+const hangingKVM = `#!/bin/sh
+hang=
+for a in "$@"; do
+  case $a in kvm|host) hang=1 ;; esac
+done
+if [ -z "$hang" ]; then exec qemu-system-x86_64 "$@"; fi
+for a in "$@"; do
+  shift
+  case $a in kvm) set -- "$@" tcg ;; host) set -- "$@" max ;; *) set -- "$@" "$a" ;; esac
+done
+exec qemu-system-x86_64 "$@" -S
+`
+
+func TestVMHangingKVMFallsBack(t *testing.T) {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("auto tries KVM only where /dev/kvm opens: %v", err)
+	}
+	f.Close()
+	e := newVMEnv(t)
+	fake := filepath.Join(e.home, "qemu")
+	os.WriteFile(fake, []byte(hangingKVM), 0o755)
+	e.env = append(e.env, "PYBOX_QEMU="+fake)
+	t0 := time.Now()
+	out := e.mustStart("--accel", "auto")
+	if !strings.Contains(out, "kvm does not boot here (no hello from the guest within 6s); using tcg") || !strings.Contains(out, "accel tcg") {
+		t.Errorf("start with a hanging KVM:\n%s", out)
+	}
+	if d := time.Since(t0); d > 60*time.Second {
+		t.Errorf("the fallback took %v", d)
+	}
+	e.pybox("vm", "stop")
+	out = e.mustStart("--accel", "auto")
+	if !strings.Contains(out, "kvm unusable here (cached probe); using tcg") {
+		t.Errorf("the second start probed KVM again:\n%s", out)
+	}
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"pybox/shared/wire"
+)
+
+// capture runs f with stdout and stderr going to a pipe and returns what
+// they got.
+func capture(t *testing.T, f func() int) (string, int) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldOut, oldErr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = w, w
+	out := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		out <- string(b)
+	}()
+	code := f()
+	os.Stdout, os.Stderr = oldOut, oldErr
+	w.Close()
+	return <-out, code
+}
+
+func TestHelpEverywhere(t *testing.T) {
+	all := map[string]func([]string) int{}
+	for n, c := range commands {
+		all[n] = c.run
+	}
+	for n, c := range vmCommands {
+		if !c.hidden {
+			all["vm "+n] = c.run
+		}
+	}
+	for name, run := range all {
+		for _, h := range []string{"--help", "-h"} {
+			out, code := capture(t, func() int { return run([]string{h}) })
+			if code != exitOK || !strings.Contains(out, "usage: pybox "+strings.Fields(name)[0]) {
+				t.Errorf("pybox %s %s: exit %d, output %q", name, h, code, out)
+			}
+		}
+	}
+	if out, code := capture(t, func() int { return dispatch([]string{"--help"}) }); code != exitOK || !strings.Contains(out, "vm") {
+		t.Errorf("pybox --help: %d %q", code, out)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	for _, args := range [][]string{{"frobnicate"}, {"vm", "frobnicate"}, {}, {"vm"}} {
+		out, code := capture(t, func() int { return dispatch(args) })
+		if code != exitUsage || !strings.Contains(out, "usage:") {
+			t.Errorf("pybox %v: exit %d, output %q", args, code, out)
+		}
+	}
+}
+
+func TestBadFlag(t *testing.T) {
+	out, code := capture(t, func() int { return dispatch([]string{"vm", "status", "--nope"}) })
+	if code != exitUsage || !strings.Contains(out, "nope") {
+		t.Errorf("exit %d, output %q", code, out)
+	}
+}
+
+func TestParseInterleaved(t *testing.T) {
+	fs := flags("x", "", "")
+	j := fs.Bool("json", false, "")
+	n := fs.Int("n", 0, "")
+	pos, _, err := parse(fs, []string{"a.py", "--json", "-n", "3", "b"})
+	if err != nil || !*j || *n != 3 || !slices.Equal(pos, []string{"a.py", "b"}) {
+		t.Fatalf("pos %q json %v n %d err %v", pos, *j, *n, err)
+	}
+	fs = flags("x", "", "")
+	j = fs.Bool("json", false, "")
+	pos, _, err = parse(fs, []string{"--", "--json", "-"})
+	if err != nil || *j || !slices.Equal(pos, []string{"--json", "-"}) {
+		t.Fatalf("after --: pos %q json %v err %v", pos, *j, err)
+	}
+}
+
+func TestParseRun(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "s.py")
+	os.WriteFile(script, []byte("print(open('/tmp/input/data.csv').read())"), 0o600)
+	data := filepath.Join(dir, "data.csv")
+	os.WriteFile(data, []byte("a,b\n"), 0o600)
+	ra, code, ok := parseRun([]string{"--timeout", "5", script, "--file", data, "--out", dir, "--json"})
+	if !ok {
+		t.Fatalf("parseRun failed: %d", code)
+	}
+	r := ra.run
+	if r.TimeoutSeconds != 5 || r.Image != "stdlib" || !r.ReturnFiles || !ra.asJSON || len(r.Files) != 1 || r.Files[0].Name != "data.csv" {
+		t.Errorf("run %+v", r)
+	}
+	if len(r.RunID) != 16 {
+		t.Errorf("run id %q", r.RunID)
+	}
+	for _, bad := range [][]string{
+		{"--timeout", "31", script},
+		{"--timeout", "0", script},
+		{"--max-output-bytes", "9000", script},
+		{"--image", "Bad", script},
+		{script, script},
+		{},
+	} {
+		_, code := capture(t, func() int { _, c, _ := parseRun(bad); return c })
+		if code != exitUsage {
+			t.Errorf("parseRun(%q): exit %d, want %d", bad, code, exitUsage)
+		}
+	}
+}
+
+func TestWriteOutputsStaysInside(t *testing.T) {
+	parent := t.TempDir()
+	out := filepath.Join(parent, "out")
+	os.Mkdir(out, 0o755)
+	// A link inside --out pointing out of it must not be followed.
+	os.Symlink(filepath.Join(parent, "victim"), filepath.Join(out, "link"))
+	files := []wire.OutputFile{
+		{Name: "ok.txt", Content: []byte("fine")},
+		{Name: "../escape.txt", Content: []byte("x")},
+		{Name: "/etc/passwd", Content: []byte("x")},
+		{Name: "..", Content: []byte("x")},
+		{Name: "link", Content: []byte("x")},
+		{Name: "tampered.txt", Content: []byte("not what the receipt says")},
+	}
+	res := &wire.Result{Files: files}
+	for _, f := range files {
+		sum := sha256.Sum256(f.Content)
+		d := hex.EncodeToString(sum[:])
+		if f.Name == "tampered.txt" {
+			d = strings.Repeat("0", 64)
+		}
+		res.Receipt.Output.Returned = append(res.Receipt.Output.Returned, wire.FileDigest{Name: f.Name, SHA256: d})
+	}
+	notes := writeOutputs(out, res)
+	if b, err := os.ReadFile(filepath.Join(out, "ok.txt")); err != nil || string(b) != "fine" {
+		t.Errorf("ok.txt: %q %v", b, err)
+	}
+	for _, p := range []string{filepath.Join(parent, "escape.txt"), filepath.Join(parent, "victim"), filepath.Join(out, "tampered.txt")} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was written", p)
+		}
+	}
+	if n := strings.Count(strings.Join(notes, "\n"), "not written"); n != 5 {
+		t.Errorf("%d refused, want 5: %q", n, notes)
+	}
+}
+
+func TestGuestArtifacts(t *testing.T) {
+	t.Setenv("PYBOX_KERNEL", "/k/bzImage")
+	t.Setenv("PYBOX_INITRAMFS", "")
+	k, i, err := guestArtifacts("", "")
+	if err != nil || k != "/k/bzImage" || !strings.HasSuffix(i, filepath.Join("build", "x86_64", "initramfs.cpio")) {
+		t.Errorf("%q %q %v", k, i, err)
+	}
+	k, _, _ = guestArtifacts("/flag/bz", "")
+	if k != "/flag/bz" {
+		t.Errorf("the flag did not win: %q", k)
+	}
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"pybox/host/client"
+	"pybox/shared/wire"
+)
+
+func init() {
+	register(&command{name: "run", summary: "run one Python program in a fresh sealed box", run: runMain})
+}
+
+// inputFiles collects --file flags.
+type inputFiles []string
+
+func (f *inputFiles) String() string     { return "" }
+func (f *inputFiles) Set(v string) error { *f = append(*f, v); return nil }
+
+// runArgs is a parsed `pybox run` command line.
+type runArgs struct {
+	run    wire.Run
+	out    string
+	asJSON bool
+}
+
+func runMain(args []string) int {
+	ra, code, ok := parseRun(args)
+	if !ok {
+		return code
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	c, err := client.Dial(h)
+	if err != nil {
+		return runFailed(ra, &wire.Error{Code: wire.ErrNoVM, Message: err.Error(),
+			Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}})
+	}
+	defer c.Close()
+	// Ctrl-C cancels the run in the guest; the receipt still comes back.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := c.Run(ctx, &ra.run)
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return runFailed(ra, we)
+	} else if err != nil {
+		return runFailed(ra, &wire.Error{Code: wire.ErrInternal, Message: err.Error(), Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}})
+	}
+	return runDone(ra, res)
+}
+
+// parseRun turns the command line into a checked run request.
+func parseRun(args []string) (*runArgs, int, bool) {
+	fs := flags("run", "[flags] SCRIPT.py|-", `
+Run one Python program (a file, or - for stdin) in a fresh sealed box in
+the VM, print its stdout and stderr, and a short summary of the receipt on
+stderr. Files given with --file appear in /tmp/input/; with --out, what the
+program writes to /tmp/output/ is written into DIR (plain names only,
+never outside DIR). Exit status 0 only when the program succeeded and its
+box was removed (cleanup REMOVED). The VM must be running (pybox vm start);
+code never runs outside it.`)
+	ra := &runArgs{}
+	image := fs.String("image", "stdlib", "the image to run in")
+	timeout := fs.Float64("timeout", wire.DefaultTimeoutSeconds, "wall timeout in seconds (at most 30)")
+	maxOut := fs.Int("max-output-bytes", wire.DefaultOutputBytes, "bytes kept of each of stdout and stderr (1–8192)")
+	var files inputFiles
+	fs.Var(&files, "file", "put this file in /tmp/input/ (repeatable)")
+	fs.StringVar(&ra.out, "out", "", "write returned files from /tmp/output/ into this directory")
+	fs.BoolVar(&ra.asJSON, "json", false, "print the whole result (receipt and files) as JSON")
+	pos, code, err := parse(fs, args)
+	if err != nil {
+		return nil, code, false
+	}
+	if len(pos) != 1 {
+		return nil, usageError(fs, "give one script (a file, or - for stdin)"), false
+	}
+	code2, err := readScript(pos[0])
+	if err != nil {
+		return nil, fail("%v", err), false
+	}
+	ra.run = wire.Run{RunID: newRunID(), Code: code2, Image: *image, TimeoutSeconds: *timeout,
+		MaxOutputBytes: *maxOut, ReturnFiles: ra.out != ""}
+	for _, p := range files {
+		b, err := readLimited(p, wire.MaxInputBytes)
+		if err != nil {
+			return nil, fail("--file %s: %v", p, err), false
+		}
+		ra.run.Files = append(ra.run.Files, wire.InputFile{Name: filepath.Base(p), Content: b})
+	}
+	if err := ra.run.Check(); err != nil {
+		return nil, usageError(fs, "%v", err), false
+	}
+	return ra, exitOK, true
+}
+
+func readScript(arg string) (string, error) {
+	var b []byte
+	var err error
+	if arg == "-" {
+		b, err = io.ReadAll(io.LimitReader(os.Stdin, wire.MaxCodeBytes+1))
+	} else {
+		b, err = readLimited(arg, wire.MaxCodeBytes)
+	}
+	if err != nil {
+		return "", err
+	}
+	if len(b) > wire.MaxCodeBytes {
+		return "", fmt.Errorf("the script is over %d bytes, the limit", wire.MaxCodeBytes)
+	}
+	return string(b), nil
+}
+
+// readLimited reads a file, refusing one larger than limit without
+// reading it all.
+func readLimited(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("over %d bytes, the limit", limit)
+	}
+	return b, err
+}
+
+func newRunID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// runFailed reports a run that got no receipt.
+func runFailed(ra *runArgs, e *wire.Error) int {
+	cleanup := wire.CleanupUnknown
+	if e.Cleanup != nil {
+		cleanup = e.Cleanup.Status
+	}
+	if ra.asJSON {
+		printJSON(map[string]any{"run_id": ra.run.RunID, "error": e})
+	}
+	fmt.Fprintf(os.Stderr, "pybox: run %s failed: %s (cleanup %s)\n", ra.run.RunID, e.Message, cleanup)
+	return exitFailure
+}
+
+// runDone prints a result, writes its files, and says whether it counts as
+// a success.
+func runDone(ra *runArgs, res *wire.Result) int {
+	rc := &res.Receipt
+	if ra.asJSON {
+		printJSON(res)
+	} else {
+		os.Stdout.WriteString(rc.Capture.StdoutText)
+		os.Stderr.WriteString(rc.Capture.StderrText)
+		if rc.Capture.StderrText != "" && !strings.HasSuffix(rc.Capture.StderrText, "\n") {
+			os.Stderr.WriteString("\n")
+		}
+	}
+	var notes []string
+	if ra.out != "" {
+		notes = writeOutputs(ra.out, res)
+	}
+	for _, l := range append(summary(rc), notes...) {
+		fmt.Fprintln(os.Stderr, "pybox: "+l)
+	}
+	if rc.Status == wire.StatusOK && rc.Cleanup.Status == wire.CleanupRemoved {
+		return exitOK
+	}
+	return exitFailure
+}
+
+func printJSON(v any) {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// summary is the receipt in a few lines for people.
+func summary(rc *wire.Receipt) []string {
+	head := fmt.Sprintf("run %s: %s", rc.RunID, rc.Status)
+	if rc.Reason != "" {
+		head += " (" + rc.Reason + ")"
+	}
+	if rc.ExitCode != nil {
+		head += fmt.Sprintf(", exit %d", *rc.ExitCode)
+	}
+	if rc.Signal != "" {
+		head += ", signal " + rc.Signal
+	}
+	head += fmt.Sprintf(", wall %.2f s, cpu %.2f s", float64(rc.WallMS)/1000, float64(rc.CPU.UserMS+rc.CPU.SystemMS)/1000)
+	mem := fmt.Sprintf("memory peak %s (%s reading) of %s", size(rc.Memory.PeakBytes), rc.Memory.Reading, size(rc.Memory.LimitBytes))
+	if rc.Memory.OOMKilled {
+		mem += ", OOM killed"
+	}
+	lines := []string{head, mem + fmt.Sprintf(", image %s, cleanup %s", rc.Image.Name, rc.Cleanup.Status)}
+	if rc.Cleanup.Detail != "" {
+		lines = append(lines, "cleanup: "+rc.Cleanup.Detail)
+	}
+	for _, s := range []struct {
+		name string
+		st   wire.Stream
+	}{{"stdout", rc.Capture.Stdout}, {"stderr", rc.Capture.Stderr}} {
+		if s.st.Truncated {
+			lines = append(lines, fmt.Sprintf("%s truncated: kept %d of %d bytes", s.name, s.st.KeptBytes, s.st.Bytes))
+		}
+	}
+	if rc.Pids.LimitHit > 0 {
+		lines = append(lines, fmt.Sprintf("process limit %d reached: %d forks refused", rc.Pids.Max, rc.Pids.LimitHit))
+	}
+	for _, n := range rc.Output.NotReturned {
+		lines = append(lines, fmt.Sprintf("not returned: %s (%s)", wire.EscapeName(n.Name), n.Reason))
+	}
+	if rc.Output.NotListed > 0 {
+		lines = append(lines, fmt.Sprintf("not returned: %d more files not listed", rc.Output.NotListed))
+	}
+	return lines
+}
+
+// writeOutputs writes the returned files into dir and returns what it did.
+// Names come from the guest: each must be a plain file name, checked
+// against the receipt's digest, and written through an os.Root so that
+// nothing lands outside dir (no "..", no separators, no following a link
+// out of it).
+func writeOutputs(dir string, res *wire.Result) []string {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return []string{"--out: " + err.Error()}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return []string{"--out: " + err.Error()}
+	}
+	defer root.Close()
+	digests := map[string]string{}
+	for _, f := range res.Receipt.Output.Returned {
+		digests[f.Name] = f.SHA256
+	}
+	var notes []string
+	for _, f := range res.Files {
+		if err := writeOutput(root, f, digests); err != nil {
+			notes = append(notes, fmt.Sprintf("not written: %s: %v", wire.EscapeName(f.Name), err))
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("wrote %s (%s)", filepath.Join(dir, f.Name), size(int64(len(f.Content)))))
+	}
+	return notes
+}
+
+func writeOutput(root *os.Root, f wire.OutputFile, digests map[string]string) error {
+	if err := wire.CheckFileName(f.Name); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(f.Content)
+	if want, ok := digests[f.Name]; !ok || want != hex.EncodeToString(sum[:]) {
+		return errors.New("its content does not match the receipt's sha256")
+	}
+	w, err := root.OpenFile(f.Name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(f.Content); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

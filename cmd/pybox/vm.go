@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"pybox/host/paths"
+	"pybox/host/supervisor"
+	"pybox/host/vm"
+)
+
+func init() {
+	register(&command{name: "vm", summary: "start, stop and look at the VM", run: vmMain})
+}
+
+// vmCommands are the `pybox vm` subcommands.
+var vmCommands = map[string]*command{
+	"start":   {name: "start", summary: "boot the VM and wait until the guest agent answers", run: vmStart},
+	"status":  {name: "status", summary: "say whether the VM runs, and how", run: vmStatus},
+	"stop":    {name: "stop", summary: "power the VM off cleanly", run: vmStop},
+	"console": {name: "console", summary: "attach the terminal to the VM's serial console", run: vmConsole},
+	"logs":    {name: "logs", summary: "print the VM's console log", run: vmLogs},
+	// The detached supervisor: `pybox vm start` runs it, people do not.
+	supervisorCommand: {name: supervisorCommand, hidden: true, run: vmSupervise},
+}
+
+const supervisorCommand = "_supervise"
+
+func vmMain(args []string) int {
+	if len(args) == 0 {
+		vmUsage(os.Stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		vmUsage(os.Stdout)
+		return exitOK
+	}
+	c := vmCommands[args[0]]
+	if c == nil {
+		fmt.Fprintf(os.Stderr, "pybox: unknown command \"vm %s\"\n\n", args[0])
+		vmUsage(os.Stderr)
+		return exitUsage
+	}
+	return c.run(args[1:])
+}
+
+func vmUsage(w *os.File) {
+	fmt.Fprint(w, "usage: pybox vm COMMAND [flags]\n\nThe VM runs in the background, owned by a supervisor process; PyBox runs every program inside it.\n\ncommands:\n")
+	printCommands(w, vmCommands)
+	fmt.Fprint(w, "\nRun `pybox vm COMMAND --help` for a command's flags.\n")
+}
+
+func home() (string, error) { return paths.Home() }
+
+// imageFiles collects --image-file NAME=PATH flags.
+type imageFiles []vm.Image
+
+func (f *imageFiles) String() string { return "" }
+
+func (f *imageFiles) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok || name == "" || path == "" {
+		return errors.New("want NAME=PATH")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, vm.Image{Name: name, Path: abs})
+	return nil
+}
+
+// imagesFor resolves `--images NAME,...` to image files with their
+// digests. The image store (host/image) replaces this: it reads
+// $PYBOX_HOME/images/NAME/meta.json for the digest and returns
+// .../image.erofs as the path. Until it does, only --image-file works.
+var imagesFor = func(home string, names []string) ([]vm.Image, error) {
+	return nil, fmt.Errorf("--images %s: the image store is not part of this build yet: give each image with --image-file NAME=PATH",
+		strings.Join(names, ","))
+}
+
+// defaultImages is the --images default. It becomes "stdlib" once the
+// image store builds the built-in images.
+var defaultImages = ""
+
+func vmStart(args []string) int {
+	fs := flags("vm start", "[flags]", `
+Boot the VM in the background and return once its guest agent has said
+hello, printing the accelerator, the boot time and the agent's version.
+With --accel auto, KVM is tried first where /dev/kvm opens; a KVM that does
+not boot within 6 s is stopped, remembered for this host boot, and TCG is
+used instead. If the VM runs already, this says so and changes nothing.`)
+	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
+	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
+	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
+	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else build/x86_64/bzImage beside this pybox)")
+	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else build/x86_64/initramfs.cpio beside this pybox)")
+	images := fs.String("images", defaultImages, "images to attach, by name from the image store (comma-separated)")
+	var files imageFiles
+	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
+	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
+	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
+	if pos, code, err := parse(fs, args); err != nil {
+		return code
+	} else if len(pos) > 0 {
+		return usageError(fs, "vm start takes no arguments")
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel}
+	if cfg.Kernel, cfg.Initramfs, err = guestArtifacts(*kernel, *initramfs); err != nil {
+		return fail("%v", err)
+	}
+	if cfg.Images, err = startImages(h, *images, files); err != nil {
+		return fail("%v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fail("cannot find this program to start the supervisor: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, err := supervisor.Start(ctx, supervisor.StartOptions{
+		Home: h, Accel: *accel, VM: cfg, Command: []string{exe, "vm", supervisorCommand}, Say: say,
+	})
+	var se *supervisor.StartError
+	switch {
+	case errors.Is(err, supervisor.ErrRunning):
+		fmt.Printf("the VM is already running%s; nothing changed (stop it first with `pybox vm stop` to start it with other settings)\n", describeRunning(st))
+		return exitOK
+	case errors.As(err, &se):
+		fmt.Fprintf(os.Stderr, "pybox: %v\n", se)
+		if len(se.ConsoleTail) > 0 {
+			fmt.Fprintf(os.Stderr, "--- last %d lines of the console log (%s) ---\n", len(se.ConsoleTail), se.Log)
+			for _, l := range se.ConsoleTail {
+				fmt.Fprintln(os.Stderr, l)
+			}
+			fmt.Fprintln(os.Stderr, "---")
+		}
+		fmt.Fprintln(os.Stderr, "pybox: nothing is left running")
+		return exitFailure
+	case err != nil:
+		return fail("%v", err)
+	}
+	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
+		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
+	return exitOK
+}
+
+func describeRunning(st *supervisor.State) string {
+	if st == nil {
+		return " (starting)"
+	}
+	return fmt.Sprintf(" (%s, accel %s, supervisor pid %d, up %s)", st.Phase, orDash(st.Accel), st.SupervisorPid,
+		time.Since(st.StartedAt).Round(time.Second))
+}
+
+// guestArtifacts finds the kernel and initramfs: flags, then environment,
+// then build/x86_64/ beside the directory holding this executable.
+func guestArtifacts(kernel, initramfs string) (string, string, error) {
+	dir := ""
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			dir = filepath.Join(filepath.Dir(exe), "..", "build", "x86_64")
+		}
+	}
+	pick := func(flagValue, env, name string) (string, error) {
+		switch {
+		case flagValue != "":
+			return filepath.Abs(flagValue)
+		case os.Getenv(env) != "":
+			return filepath.Abs(os.Getenv(env))
+		case dir != "":
+			return filepath.Clean(filepath.Join(dir, name)), nil
+		}
+		return "", fmt.Errorf("no %s: set %s or pass a flag", name, env)
+	}
+	k, err := pick(kernel, "PYBOX_KERNEL", "bzImage")
+	if err != nil {
+		return "", "", err
+	}
+	i, err := pick(initramfs, "PYBOX_INITRAMFS", "initramfs.cpio")
+	return k, i, err
+}
+
+// startImages resolves --images and --image-file into images with digests.
+func startImages(home, list string, files imageFiles) ([]vm.Image, error) {
+	var out []vm.Image
+	if names := splitList(list); len(names) > 0 {
+		ims, err := imagesFor(home, names)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ims...)
+	}
+	for _, f := range files {
+		sum, err := vm.FileSHA256(f.Path)
+		if err != nil {
+			return nil, fmt.Errorf("--image-file %s: %w", f.Name, err)
+		}
+		f.Digest = sum
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func imageList(ims []vm.Image) string {
+	if len(ims) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, im := range ims {
+		d := im.Digest
+		if len(d) > 12 {
+			d = d[:12]
+		}
+		parts = append(parts, im.Name+" ("+d+")")
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func vmStatus(args []string) int {
+	fs := flags("vm status", "[--json]", `
+Say whether the VM runs; if it does, its processes, accelerator, uptime,
+agent, kernel and images, and whether the agent answers a ping. A VM whose
+QEMU died is reported as not running, and what it left is cleaned up.
+Exit status: 0 when the VM runs, 3 when it does not, 1 on an error.`)
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	if pos, code, err := parse(fs, args); err != nil {
+		return code
+	} else if len(pos) > 0 {
+		return usageError(fs, "vm status takes no arguments")
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	s, err := supervisor.GetStatus(h)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(s)
+	} else {
+		printStatus(s)
+	}
+	if !s.Running {
+		return 3
+	}
+	return exitOK
+}
+
+func printStatus(s *supervisor.Status) {
+	if !s.Running {
+		fmt.Println("the VM is not running")
+		if s.Note != "" {
+			fmt.Println(s.Note)
+		}
+		if len(s.Cleaned) > 0 {
+			fmt.Println("cleaned up: " + strings.Join(s.Cleaned, ", "))
+		}
+		return
+	}
+	st := s.State
+	if st == nil {
+		fmt.Println("the VM is starting")
+		return
+	}
+	fmt.Printf("the VM is %s\n", st.Phase)
+	row := func(k, v string) { fmt.Printf("  %-15s %s\n", k+":", v) }
+	row("supervisor pid", fmt.Sprint(st.SupervisorPid))
+	if st.QEMUPid != 0 {
+		row("qemu pid", fmt.Sprint(st.QEMUPid))
+	}
+	if st.Accel != "" {
+		row("accel", fmt.Sprintf("%s (%s, %s channel)", st.Accel, st.Machine, st.Channel))
+		row("boot", fmt.Sprintf("%.1f s", float64(st.BootMS)/1000))
+	}
+	row("uptime", (time.Duration(s.UptimeS) * time.Second).String())
+	if st.AgentVersion != "" {
+		agent := fmt.Sprintf("%s (%s)", st.AgentVersion, st.AgentCommit)
+		if s.Agent != "" {
+			agent += ", " + s.Agent
+			if s.PingMS > 0 {
+				agent += fmt.Sprintf(" (ping %.2f ms)", s.PingMS)
+			}
+		}
+		row("agent", agent)
+		row("guest kernel", st.GuestKernel)
+	}
+	row("kernel", st.Kernel)
+	row("initramfs", st.Initramfs)
+	row("size", fmt.Sprintf("%d CPUs, %d MiB", st.CPUs, st.MemoryMiB))
+	row("images", imageList(st.Images))
+	for _, im := range st.Images {
+		fmt.Printf("    %s: %s sha256:%s\n", im.Name, im.Path, im.Digest)
+	}
+}
+
+// stopLimit is how long a clean poweroff may take before QEMU is killed.
+const stopLimit = 30 * time.Second
+
+func vmStop(args []string) int {
+	fs := flags("vm stop", "", `
+Power the VM off cleanly (the guest syncs and powers off) and wait until it
+is gone. If it does not power off within 30 s, QEMU is killed, and this
+says so. When no VM runs, it says so and exits 0.`)
+	if pos, code, err := parse(fs, args); err != nil {
+		return code
+	} else if len(pos) > 0 {
+		return usageError(fs, "vm stop takes no arguments")
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	t0 := time.Now()
+	ran, err := supervisor.Stop(h, stopLimit, say)
+	switch {
+	case err != nil:
+		return fail("%v", err)
+	case !ran:
+		fmt.Println("the VM is not running")
+	default:
+		fmt.Printf("the VM is stopped (%.1f s)\n", time.Since(t0).Seconds())
+	}
+	return exitOK
+}
+
+func vmSupervise(args []string) int {
+	if len(args) != 1 {
+		return fail("%s is started by `pybox vm start`", supervisorCommand)
+	}
+	return supervisor.Main(args[0])
+}

@@ -1,0 +1,299 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"pybox/host/paths"
+	"pybox/shared/frame"
+	"pybox/shared/wire"
+)
+
+// ErrNoVM says that no supervisor answers: the VM is not running.
+var ErrNoVM = errors.New("the VM is not running: start it with `pybox vm start`")
+
+// Timeouts of the client's own waits.
+const (
+	helloTimeout = 10 * time.Second
+	// CancelWait is how long Run waits for the receipt after it sent a
+	// cancel: the guest kills the box and cleans it up first.
+	CancelWait = 15 * time.Second
+)
+
+// Client is a connection to the supervisor. Its methods may be called
+// from several goroutines.
+type Client struct {
+	nc    net.Conn
+	hello wire.Hello
+
+	wmu sync.Mutex // serializes frames
+
+	mu      sync.Mutex
+	nextID  uint64
+	waiting map[uint64]chan *wire.Message
+	err     error // why the connection ended
+	done    chan struct{}
+}
+
+// Dial connects to the supervisor of the VM under home and says hello.
+func Dial(home string) (*Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	return DialContext(ctx, home)
+}
+
+// DialContext is Dial with a context for the connection and the hello.
+func DialContext(ctx context.Context, home string) (*Client, error) {
+	d := paths.ForVM(home)
+	if _, err := os.Stat(d.Dir); errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNoVM
+	}
+	if err := d.Check(); err != nil {
+		return nil, err
+	}
+	var dialer net.Dialer
+	nc, err := dialer.DialContext(ctx, "unix", d.Socket())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, ErrNoVM
+		}
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return handshake(ctx, nc)
+}
+
+// New says hello on an established connection to a supervisor (tests,
+// other transports).
+func New(ctx context.Context, nc net.Conn) (*Client, error) { return handshake(ctx, nc) }
+
+func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
+	c := &Client{nc: nc, waiting: map[uint64]chan *wire.Message{}, done: make(chan struct{})}
+	go c.read()
+	m, err := c.call(ctx, &wire.Message{Type: wire.TypeHello, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}})
+	if err == nil && m.Type != wire.TypeHello {
+		err = fmt.Errorf("client: the supervisor answered hello with %s", m.Type)
+	}
+	if err != nil {
+		nc.Close()
+		var we *wire.Error
+		if errors.As(err, &we) && we.Code == wire.ErrNoVM {
+			return nil, ErrNoVM
+		}
+		return nil, err
+	}
+	c.hello = *m.Hello
+	return c, nil
+}
+
+// Hello is the guest's hello: agent version, kernel, images.
+func (c *Client) Hello() wire.Hello { return c.hello }
+
+// Close ends the connection. A run still in flight is cancelled by the
+// supervisor.
+func (c *Client) Close() error { return c.nc.Close() }
+
+// Ping checks that the guest answers.
+func (c *Client) Ping(ctx context.Context) error {
+	m, err := c.call(ctx, &wire.Message{Type: wire.TypePing})
+	if err != nil {
+		return err
+	}
+	if m.Type != wire.TypePong {
+		return fmt.Errorf("client: ping answered with %s", m.Type)
+	}
+	return nil
+}
+
+// Shutdown asks the guest to sync and power off. It returns once the
+// guest agreed; the VM is gone a moment later.
+func (c *Client) Shutdown(ctx context.Context) error {
+	m, err := c.call(ctx, &wire.Message{Type: wire.TypeShutdown})
+	if err != nil {
+		return err
+	}
+	if m.Type != wire.TypeOK {
+		return fmt.Errorf("client: shutdown answered with %s", m.Type)
+	}
+	return nil
+}
+
+// Cancel asks the guest to stop a run; the run's own receipt then says
+// cancelled.
+func (c *Client) Cancel(ctx context.Context, runID string) error {
+	m, err := c.call(ctx, &wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: runID}})
+	if err != nil {
+		return err
+	}
+	if m.Type != wire.TypeOK {
+		return fmt.Errorf("client: cancel answered with %s", m.Type)
+	}
+	return nil
+}
+
+// Run runs one program and returns its result. When ctx ends first, Run
+// sends a cancel and still waits (up to CancelWait) for the receipt, which
+// then says cancelled, and returns it with a nil error.
+//
+// Every error is a *wire.Error whose Cleanup says what is known of the
+// box: NOT_ATTEMPTED when the request never reached the guest (or was
+// refused), UNKNOWN when contact was lost mid-run.
+func (c *Client) Run(ctx context.Context, r *wire.Run) (*wire.Result, error) {
+	if err := r.Check(); err != nil {
+		return nil, runError(wire.ErrBadRequest, err.Error(), wire.CleanupNotAttempted)
+	}
+	id, ch, err := c.send(&wire.Message{Type: wire.TypeRun, Run: r})
+	if err != nil {
+		return nil, runError(wire.ErrNoVM, "sending the run: "+err.Error(), wire.CleanupNotAttempted)
+	}
+	var m *wire.Message
+	select {
+	case m = <-ch:
+	case <-c.done:
+		return nil, c.lost(r.RunID)
+	case <-ctx.Done():
+		m, err = c.cancelAndWait(r.RunID, id, ch)
+		if err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case m == nil:
+		return nil, c.lost(r.RunID)
+	case m.Type == wire.TypeError:
+		return nil, m.Error
+	case m.Type != wire.TypeReceipt:
+		return nil, runError(wire.ErrProtocol, "run answered with "+m.Type, wire.CleanupUnknown)
+	case m.Result.Receipt.RunID != r.RunID:
+		return nil, runError(wire.ErrProtocol, "the receipt is for run "+m.Result.Receipt.RunID, wire.CleanupUnknown)
+	}
+	return m.Result, nil
+}
+
+func (c *Client) cancelAndWait(runID string, id uint64, ch chan *wire.Message) (*wire.Message, error) {
+	wait := time.NewTimer(CancelWait)
+	defer wait.Stop()
+	// The cancel's own "ok" is not needed: the receipt says what happened.
+	if _, _, err := c.send(&wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: runID}}); err != nil {
+		return nil, c.lost(runID)
+	}
+	select {
+	case m := <-ch:
+		return m, nil
+	case <-c.done:
+		return nil, c.lost(runID)
+	case <-wait.C:
+		c.forget(id)
+		return nil, runError(wire.ErrInternal, fmt.Sprintf("run %s was cancelled, but no receipt came within %s", runID, CancelWait), wire.CleanupUnknown)
+	}
+}
+
+func (c *Client) lost(runID string) error {
+	return runError(wire.ErrNoVM, fmt.Sprintf("lost the supervisor during run %s: %v", runID, c.cause()), wire.CleanupUnknown)
+}
+
+func runError(code, msg, cleanup string) *wire.Error {
+	return &wire.Error{Code: code, Message: msg, Cleanup: &wire.Cleanup{Status: cleanup}}
+}
+
+// call sends a request and waits for its answer; an error answer is
+// returned as a *wire.Error.
+func (c *Client) call(ctx context.Context, m *wire.Message) (*wire.Message, error) {
+	id, ch, err := c.send(m)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case a := <-ch:
+		if a == nil {
+			return nil, fmt.Errorf("client: %s: %w", m.Type, c.cause())
+		}
+		if a.Type == wire.TypeError {
+			return nil, a.Error
+		}
+		return a, nil
+	case <-c.done:
+		return nil, fmt.Errorf("client: %s: %w", m.Type, c.cause())
+	case <-ctx.Done():
+		c.forget(id)
+		return nil, fmt.Errorf("client: %s: %w", m.Type, ctx.Err())
+	}
+}
+
+// send writes m under a fresh ID and returns where its answer will come.
+func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
+	ch := make(chan *wire.Message, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return 0, nil, err
+	}
+	c.nextID++
+	id := c.nextID
+	c.waiting[id] = ch
+	c.mu.Unlock()
+	m.ID = id
+	p, err := wire.Encode(m)
+	if err == nil {
+		c.wmu.Lock()
+		err = frame.Write(c.nc, p)
+		c.wmu.Unlock()
+	}
+	if err != nil {
+		c.forget(id)
+		return 0, nil, fmt.Errorf("client: %w", err)
+	}
+	return id, ch, nil
+}
+
+func (c *Client) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.waiting, id)
+	c.mu.Unlock()
+}
+
+// read hands each answer to its caller until the connection ends.
+func (c *Client) read() {
+	var err error
+	for {
+		var p []byte
+		if p, err = frame.Read(c.nc); err != nil {
+			break
+		}
+		var m *wire.Message
+		if m, err = wire.Decode(p); err != nil {
+			break
+		}
+		c.mu.Lock()
+		ch := c.waiting[m.ID]
+		delete(c.waiting, m.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		} else if m.Type == wire.TypeError && m.ID == 0 {
+			// The supervisor ends the connection with an unaddressed error.
+			err = m.Error
+			break
+		}
+	}
+	c.mu.Lock()
+	c.err = fmt.Errorf("connection to the supervisor ended: %w", err)
+	c.mu.Unlock()
+	c.nc.Close()
+	close(c.done)
+}
+
+func (c *Client) cause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		return errors.New("connection closed")
+	}
+	return c.err
+}

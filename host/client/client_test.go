@@ -1,0 +1,252 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"pybox/host/client"
+	"pybox/host/paths"
+	"pybox/host/supervisor"
+	"pybox/shared/frame"
+	"pybox/shared/wire"
+)
+
+// fakeGuest answers like the guest agent: pong, ok, and a receipt per run;
+// a run whose code is "wait" ends only when cancelled.
+func fakeGuest(t *testing.T, conn net.Conn) {
+	var wmu sync.Mutex
+	write := func(m *wire.Message) {
+		p, _ := wire.Encode(m)
+		wmu.Lock()
+		frame.Write(conn, p)
+		wmu.Unlock()
+	}
+	waiting := map[string]uint64{}
+	var mu sync.Mutex
+	for {
+		p, err := frame.Read(conn)
+		if err != nil {
+			return
+		}
+		m, err := wire.Decode(p)
+		if err != nil {
+			t.Errorf("fake guest: %v", err)
+			return
+		}
+		switch m.Type {
+		case wire.TypePing:
+			write(&wire.Message{Type: wire.TypePong, ID: m.ID})
+		case wire.TypeShutdown:
+			write(&wire.Message{Type: wire.TypeOK, ID: m.ID})
+		case wire.TypeRun:
+			if m.Run.Code == "wait" {
+				mu.Lock()
+				waiting[m.Run.RunID] = m.ID
+				mu.Unlock()
+				continue
+			}
+			write(receipt(m.ID, m.Run.RunID, wire.StatusOK))
+		case wire.TypeCancel:
+			write(&wire.Message{Type: wire.TypeOK, ID: m.ID})
+			mu.Lock()
+			id, ok := waiting[m.Cancel.RunID]
+			delete(waiting, m.Cancel.RunID)
+			mu.Unlock()
+			if ok {
+				write(receipt(id, m.Cancel.RunID, wire.StatusCancelled))
+			}
+		}
+	}
+}
+
+func receipt(id uint64, runID, status string) *wire.Message {
+	return &wire.Message{Type: wire.TypeReceipt, ID: id, Result: &wire.Result{Receipt: wire.Receipt{
+		RunID: runID, Status: status, Cleanup: wire.Cleanup{Status: wire.CleanupRemoved}}}}
+}
+
+// serve runs a relay with a fake guest on a socket under a fresh home.
+func serve(t *testing.T) string {
+	home, err := os.MkdirTemp("", "pyboxc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	d := paths.ForVM(home)
+	if err := d.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", d.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, guest := net.Pipe()
+	go fakeGuest(t, guest)
+	r := supervisor.NewRelay(host, wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "fake"}, t.Logf)
+	go r.Run()
+	go r.Serve(l)
+	t.Cleanup(func() { l.Close(); r.Close(); guest.Close() })
+	return home
+}
+
+func testRun(id, code string) *wire.Run {
+	return &wire.Run{RunID: id, Code: code, Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
+}
+
+func TestNoVM(t *testing.T) {
+	home := t.TempDir()
+	if _, err := client.Dial(home); !errors.Is(err, client.ErrNoVM) {
+		t.Fatalf("Dial with no VM dir = %v", err)
+	}
+	if err := paths.ForVM(home).Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := client.Dial(home)
+	if !errors.Is(err, client.ErrNoVM) || err.Error() != "the VM is not running: start it with `pybox vm start`" {
+		t.Fatalf("Dial with no socket = %v", err)
+	}
+	// A stale socket nobody listens on is no VM either.
+	l, _ := net.Listen("unix", paths.ForVM(home).Socket())
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	if _, err := client.Dial(home); !errors.Is(err, client.ErrNoVM) {
+		t.Fatalf("Dial with a stale socket = %v", err)
+	}
+}
+
+func TestHelloPingRun(t *testing.T) {
+	home := serve(t)
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Hello().AgentVersion != "fake" {
+		t.Errorf("hello %+v", c.Hello())
+	}
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(context.Background(), testRun("r1", "print(1)"))
+	if err != nil || res.Receipt.Status != wire.StatusOK || res.Receipt.RunID != "r1" {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+}
+
+func TestRunRefusedBeforeSending(t *testing.T) {
+	home := serve(t)
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Run(context.Background(), testRun("bad id!", "x"))
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.ErrBadRequest || we.Cleanup.Status != wire.CleanupNotAttempted {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestCancelStillReturnsReceipt(t *testing.T) {
+	home := serve(t)
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := c.Run(ctx, testRun("r2", "wait"))
+	if err != nil || res.Receipt.Status != wire.StatusCancelled {
+		t.Fatalf("Run = %+v, %v; want the cancelled receipt", res, err)
+	}
+}
+
+func TestManyClientsAtOnce(t *testing.T) {
+	home := serve(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, err := client.Dial(home)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			for j := 0; j < 20; j++ {
+				id := filepath.Base(t.Name()) + string(rune('a'+i)) + string(rune('a'+j))
+				res, err := c.Run(context.Background(), testRun(id, "print(1)"))
+				if err != nil || res.Receipt.RunID != id {
+					t.Errorf("client %d run %d: %+v %v", i, j, res, err)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+}
+
+func TestShutdown(t *testing.T) {
+	home := serve(t)
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Run(context.Background(), testRun("late", "print(1)"))
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.ErrNoVM {
+		t.Fatalf("Run after shutdown = %v", err)
+	}
+}
+
+func TestSupervisorLostMidRun(t *testing.T) {
+	home := t.TempDir()
+	d := paths.ForVM(home)
+	if err := d.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(os.TempDir(), filepath.Base(home)+".sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// A supervisor that answers hello, then dies when the run arrives.
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		p, _ := frame.Read(nc)
+		m, _ := wire.Decode(p)
+		out, _ := wire.Encode(&wire.Message{Type: wire.TypeHello, ID: m.ID, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}})
+		frame.Write(nc, out)
+		frame.Read(nc)
+		nc.Close()
+	}()
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(context.Background(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Run(context.Background(), testRun("r1", "print(1)"))
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.ErrNoVM || we.Cleanup.Status != wire.CleanupUnknown {
+		t.Fatalf("Run = %v, want no_vm with cleanup UNKNOWN", err)
+	}
+}

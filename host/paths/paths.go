@@ -1,0 +1,103 @@
+package paths
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// EnvHome overrides the default home directory.
+const EnvHome = "PYBOX_HOME"
+
+// maxSocketPath is the longest path a unix socket address holds (sun_path
+// is 108 bytes on Linux, 104 on macOS; keep to the smaller, with its NUL).
+const maxSocketPath = 103
+
+// Home returns $PYBOX_HOME, or ~/.local/share/pybox, as an absolute path.
+func Home() (string, error) {
+	if h := os.Getenv(EnvHome); h != "" {
+		return filepath.Abs(h)
+	}
+	u, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("paths: no home directory (set %s): %w", EnvHome, err)
+	}
+	return filepath.Join(u, ".local", "share", "pybox"), nil
+}
+
+// ImagesDir is where the image store keeps images: ImagesDir/NAME/.
+func ImagesDir(home string) string { return filepath.Join(home, "images") }
+
+// KVMProbe is the file that caches a failed KVM probe for this host boot.
+func KVMProbe(home string) string { return filepath.Join(home, "kvm-probe.json") }
+
+// VM is the layout of the VM's private directory.
+type VM struct{ Dir string }
+
+// ForVM returns the VM directory layout under home.
+func ForVM(home string) VM { return VM{Dir: filepath.Join(home, "vm")} }
+
+// Socket is the supervisor's socket for clients (frames).
+func (v VM) Socket() string { return v.path("pybox.sock") }
+
+// ConsoleSocket is the supervisor's socket for `pybox vm console`.
+func (v VM) ConsoleSocket() string { return v.path("console.sock") }
+
+// GuestSocket is QEMU's end of the guest channel (virtio-serial).
+func (v VM) GuestSocket() string { return v.path("guest.sock") }
+
+// ConsoleLog is the serial console's log; ConsoleLog()+".1" is the one before.
+func (v VM) ConsoleLog() string { return v.path("console.log") }
+
+// SupervisorLog is the supervisor's own log (its stderr).
+func (v VM) SupervisorLog() string { return v.path("supervisor.log") }
+
+// State is state.json, written by the supervisor while the VM runs.
+func (v VM) State() string { return v.path("state.json") }
+
+// Config is the start configuration handed to the supervisor.
+func (v VM) Config() string { return v.path("start.json") }
+
+// Lock is held (flock) by the supervisor for its whole life.
+func (v VM) Lock() string { return v.path("lock") }
+
+func (v VM) path(name string) string { return filepath.Join(v.Dir, name) }
+
+// Ensure creates the home and VM directories when they are missing, then
+// checks the VM directory (see Check).
+func (v VM) Ensure() error {
+	if err := os.MkdirAll(filepath.Dir(v.Dir), 0o700); err != nil {
+		return fmt.Errorf("paths: %w", err)
+	}
+	if err := os.Mkdir(v.Dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("paths: %w", err)
+	}
+	return v.Check()
+}
+
+// Check checks that the VM directory is a directory (not a link), owned by
+// the current user, with no access for group or others, and that socket
+// paths in it fit a unix socket address.
+func (v VM) Check() error {
+	fi, err := os.Lstat(v.Dir)
+	if err != nil {
+		return fmt.Errorf("paths: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("paths: %s is not a directory: remove it, or set %s elsewhere", v.Dir, EnvHome)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("paths: %s belongs to uid %d, not to you (uid %d): remove it, or set %s elsewhere",
+			v.Dir, st.Uid, os.Getuid(), EnvHome)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("paths: %s has mode %04o; it must be private to you: run `chmod 700 %s`", v.Dir, perm, v.Dir)
+	}
+	if n := len(v.ConsoleSocket()); n > maxSocketPath {
+		return fmt.Errorf("paths: socket path %s is %d bytes, longer than a unix socket allows (%d): set %s to a shorter path",
+			v.ConsoleSocket(), n, maxSocketPath, EnvHome)
+	}
+	return nil
+}

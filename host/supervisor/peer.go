@@ -1,0 +1,112 @@
+package supervisor
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"pybox/shared/frame"
+	"pybox/shared/wire"
+)
+
+// peer is one host client connection. Answers are queued and written by the
+// client's own goroutine, so a client that stops reading never blocks the
+// guest's reader; one whose queue fills up is dropped.
+type peer struct {
+	nc        net.Conn
+	logf      func(string, ...any)
+	helloDone bool // touched only by the client's reading goroutine
+
+	mu     sync.Mutex
+	out    chan []byte
+	closed bool
+	done   chan struct{}
+}
+
+func newClient(nc net.Conn, logf func(string, ...any)) *peer {
+	c := &peer{nc: nc, logf: logf, out: make(chan []byte, clientQueue), done: make(chan struct{})}
+	go c.write()
+	return c
+}
+
+func (c *peer) write() {
+	defer close(c.done)
+	for p := range c.out {
+		c.nc.SetWriteDeadline(time.Now().Add(clientWriteLimit))
+		if err := frame.Write(c.nc, p); err != nil {
+			c.logf("client: %v: disconnected", err)
+			c.nc.Close()
+			for range c.out {
+			}
+			return
+		}
+	}
+}
+
+// send queues m for the client. It never blocks.
+func (c *peer) send(m *wire.Message) {
+	p, err := wire.Encode(m)
+	if err == nil && len(p) > frame.Max {
+		// Re-encoding can grow a message the guest sent within bounds
+		// (JSON escapes); the client still gets an answer.
+		e := errorMessage(wire.ErrProtocol, "the answer does not fit in a frame", cleanupOf(m))
+		e.ID = m.ID
+		p, err = wire.Encode(e)
+	}
+	if err != nil {
+		c.logf("client: encoding %s: %v", m.Type, err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	select {
+	case c.out <- p:
+	default:
+		c.logf("client: not reading its answers: disconnected")
+		c.closed = true
+		close(c.out)
+		c.nc.Close()
+	}
+}
+
+func cleanupOf(m *wire.Message) *wire.Cleanup {
+	if m.Result != nil {
+		c := m.Result.Receipt.Cleanup
+		return &c
+	}
+	return nil
+}
+
+func (c *peer) sendErr(id uint64, code, msg string, cleanup *wire.Cleanup) {
+	m := errorMessage(code, msg, cleanup)
+	m.ID = id
+	c.send(m)
+}
+
+// closeAfterSend lets queued answers go out, then closes the connection.
+func (c *peer) closeAfterSend() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.out)
+	}
+	c.mu.Unlock()
+	select {
+	case <-c.done:
+	case <-time.After(clientWriteLimit):
+	}
+	c.nc.Close()
+}
+
+func (c *peer) close() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.out)
+	}
+	c.mu.Unlock()
+	c.nc.Close()
+}

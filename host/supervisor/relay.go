@@ -1,0 +1,429 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"pybox/shared/frame"
+	"pybox/shared/wire"
+)
+
+// Bounds on what clients may hold in the supervisor.
+const (
+	maxClients       = 32
+	maxPending       = 16 // requests in flight per client
+	clientQueue      = maxPending + 4
+	clientWriteLimit = 10 * time.Second // a client that does not read for this long is dropped
+)
+
+// answers says which replies the guest may give to each request type.
+var answers = map[string][]string{
+	wire.TypePing:     {wire.TypePong},
+	wire.TypeRun:      {wire.TypeReceipt},
+	wire.TypeCancel:   {wire.TypeOK},
+	wire.TypeShutdown: {wire.TypeOK},
+	wire.TypeHello:    {wire.TypeHello},
+}
+
+// Relay carries frames between host clients and the guest. Each request a
+// client sends gets a new, supervisor-wide ID on its way to the guest, so
+// that clients can pick their IDs freely; the guest's answer goes back to
+// the client that asked, under the client's own ID.
+type Relay struct {
+	guest net.Conn
+	hello wire.Hello // the guest's hello: every client's hello is answered with it
+	logf  func(format string, args ...any)
+
+	wmu sync.Mutex // serializes frames to the guest
+
+	mu       sync.Mutex
+	nextID   uint64
+	pending  map[uint64]*pending
+	clients  map[*peer]bool
+	gone     error // why the guest can take no more requests (stopped, stopping)
+	dropped  int   // answers nobody asked for, for log throttling
+	stopping bool
+}
+
+// pending is a request on its way through the guest.
+type pending struct {
+	c     *peer  // nil when the supervisor asked, or the client left
+	id    uint64 // the client's ID
+	typ   string
+	runID string
+}
+
+// NewRelay relays for a guest that has said hello.
+func NewRelay(guest net.Conn, hello wire.Hello, logf func(string, ...any)) *Relay {
+	return &Relay{
+		guest:   guest,
+		hello:   hello,
+		logf:    logf,
+		pending: map[uint64]*pending{},
+		clients: map[*peer]bool{},
+	}
+}
+
+// Handshake sends the host's hello on a fresh guest channel and waits for
+// the guest's, until ctx ends.
+func Handshake(ctx context.Context, guest net.Conn) (wire.Hello, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		guest.SetDeadline(dl)
+		defer guest.SetDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { guest.SetDeadline(time.Now()) })
+	defer stop()
+	if err := writeMessage(guest, &wire.Message{Type: wire.TypeHello, ID: 1, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}}); err != nil {
+		return wire.Hello{}, fmt.Errorf("sending hello to the guest: %w", err)
+	}
+	m, err := readMessage(guest)
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			return wire.Hello{}, fmt.Errorf("no hello from the guest: %w", context.DeadlineExceeded)
+		}
+		return wire.Hello{}, fmt.Errorf("reading the guest's hello: %w", err)
+	}
+	switch {
+	case m.Type == wire.TypeError:
+		return wire.Hello{}, fmt.Errorf("the guest refused the hello: %w", m.Error)
+	case m.Type != wire.TypeHello || m.ID != 1:
+		return wire.Hello{}, fmt.Errorf("the guest answered hello with %s (id %d)", m.Type, m.ID)
+	case m.Hello.Protocol != wire.ProtocolVersion:
+		return wire.Hello{}, fmt.Errorf("the guest speaks protocol %d, this host %d: rebuild the initramfs with this version (make)",
+			m.Hello.Protocol, wire.ProtocolVersion)
+	}
+	return *m.Hello, nil
+}
+
+// Run reads the guest's answers and hands each to the client that asked,
+// until the guest channel fails. Then every pending request is answered
+// with an error and new ones are refused. The returned error says why the
+// channel ended; a malformed frame is an error the VM cannot recover from.
+func (r *Relay) Run() error {
+	err := r.readGuest()
+	r.fail(err)
+	return err
+}
+
+func (r *Relay) readGuest() error {
+	for {
+		m, err := readMessage(r.guest)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("guest channel closed: %w", io.EOF)
+			}
+			return fmt.Errorf("guest channel: %w", err)
+		}
+		r.deliver(m)
+	}
+}
+
+// deliver routes one answer from the guest. The guest is not trusted: an
+// answer must match a request in flight and be of a type that request
+// allows, else it is logged and dropped.
+func (r *Relay) deliver(m *wire.Message) {
+	r.mu.Lock()
+	p := r.pending[m.ID]
+	delete(r.pending, m.ID)
+	r.mu.Unlock()
+	switch {
+	case p == nil:
+		r.logDropped("the guest sent %s for id %d, which nobody asked for: dropped", m.Type, m.ID)
+		return
+	case !allowed(p.typ, m.Type):
+		r.logf("the guest answered %s (id %d) with %s: dropped", p.typ, m.ID, m.Type)
+		m = errorMessage(wire.ErrProtocol, "the guest answered "+p.typ+" with "+m.Type, nil)
+	case m.Type == wire.TypeReceipt && m.Result.Receipt.RunID != p.runID:
+		r.logf("the guest answered run %s with the receipt of run %q: dropped", p.runID, m.Result.Receipt.RunID)
+		m = errorMessage(wire.ErrProtocol, "the guest answered with another run's receipt", &wire.Cleanup{Status: wire.CleanupUnknown})
+	}
+	if p.c == nil {
+		r.logOrphan(p, m)
+		return
+	}
+	m.ID = p.id
+	p.c.send(m)
+}
+
+func allowed(req, reply string) bool {
+	if reply == wire.TypeError {
+		return true
+	}
+	for _, t := range answers[req] {
+		if t == reply {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Relay) logOrphan(p *pending, m *wire.Message) {
+	switch {
+	case m.Type == wire.TypeReceipt:
+		rc := m.Result.Receipt
+		r.logf("run %s ended after its client left: status %s, cleanup %s %s", rc.RunID, rc.Status, rc.Cleanup.Status, rc.Cleanup.Detail)
+	case m.Type == wire.TypeError:
+		r.logf("%s %s: error after its client left: %v", p.typ, p.runID, m.Error)
+	}
+}
+
+func (r *Relay) logDropped(format string, args ...any) {
+	r.mu.Lock()
+	r.dropped++
+	n := r.dropped
+	r.mu.Unlock()
+	// A hostile guest could flood these; the log must stay bounded.
+	if n <= 10 || n%1000 == 0 {
+		r.logf(format+" (%d so far)", append(args, n)...)
+	}
+}
+
+// fail answers every pending request with an error once the guest is gone.
+func (r *Relay) fail(cause error) {
+	r.mu.Lock()
+	if r.gone == nil {
+		r.gone = cause
+	}
+	ps := r.pending
+	r.pending = map[uint64]*pending{}
+	r.mu.Unlock()
+	for _, p := range ps {
+		if p.c == nil {
+			continue
+		}
+		var cleanup *wire.Cleanup
+		if p.typ == wire.TypeRun {
+			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the VM stopped during the run"}
+		}
+		m := errorMessage(wire.ErrNoVM, "the VM stopped: "+cause.Error(), cleanup)
+		m.ID = p.id
+		p.c.send(m)
+	}
+}
+
+// Close ends the guest channel and every client connection.
+func (r *Relay) Close() {
+	r.guest.Close()
+	r.mu.Lock()
+	cs := r.clients
+	r.clients = map[*peer]bool{}
+	r.mu.Unlock()
+	for c := range cs {
+		c.close()
+	}
+}
+
+// Serve accepts clients on l until l is closed.
+func (r *Relay) Serve(l net.Listener) error {
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		r.admit(nc)
+	}
+}
+
+func (r *Relay) admit(nc net.Conn) {
+	c := newClient(nc, r.logf)
+	r.mu.Lock()
+	full := len(r.clients) >= maxClients
+	if !full {
+		r.clients[c] = true
+	}
+	r.mu.Unlock()
+	if full {
+		c.send(errorMessage(wire.ErrBusy, fmt.Sprintf("the supervisor has %d clients already", maxClients), nil))
+		c.closeAfterSend()
+		return
+	}
+	go func() {
+		r.serveClient(c)
+		r.leave(c)
+	}()
+}
+
+// serveClient reads a client's requests until it leaves or breaks a rule.
+func (r *Relay) serveClient(c *peer) {
+	for {
+		m, err := readMessage(c.nc)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				// The frame could not be read whole (too large, empty,
+				// malformed): the stream cannot be trusted past it.
+				r.logf("client: %v: disconnected", err)
+				c.send(errorMessage(wire.ErrProtocol, err.Error(), nil))
+				c.closeAfterSend()
+			}
+			return
+		}
+		if !r.request(c, m) {
+			c.closeAfterSend()
+			return
+		}
+	}
+}
+
+// request handles one message from a client; false ends the connection.
+func (r *Relay) request(c *peer, m *wire.Message) bool {
+	reply := func(code, msg string, cleanup *wire.Cleanup) {
+		e := errorMessage(code, msg, cleanup)
+		e.ID = m.ID
+		c.send(e)
+	}
+	switch {
+	case m.Type == wire.TypeHello:
+		if m.Hello.Protocol != wire.ProtocolVersion {
+			reply(wire.ErrProtocol, fmt.Sprintf("this supervisor speaks protocol %d, not %d", wire.ProtocolVersion, m.Hello.Protocol), nil)
+			return false
+		}
+		c.helloDone = true
+		h := r.hello
+		c.send(&wire.Message{Type: wire.TypeHello, ID: m.ID, Hello: &h})
+		return true
+	case answers[m.Type] == nil:
+		reply(wire.ErrProtocol, "a client may not send "+m.Type, nil)
+		return false
+	case !c.helloDone:
+		reply(wire.ErrProtocol, "say hello first", nil)
+		return false
+	case m.Type == wire.TypeRun:
+		if err := m.Run.Check(); err != nil {
+			reply(wire.ErrBadRequest, err.Error(), &wire.Cleanup{Status: wire.CleanupNotAttempted})
+			return true
+		}
+	}
+	r.forward(c, m)
+	return true
+}
+
+// forward sends a client's request to the guest under a new ID.
+func (r *Relay) forward(c *peer, m *wire.Message) {
+	p := &pending{c: c, id: m.ID, typ: m.Type}
+	if m.Run != nil {
+		p.runID = m.Run.RunID
+	}
+	var notSent *wire.Cleanup
+	if m.Type == wire.TypeRun {
+		notSent = &wire.Cleanup{Status: wire.CleanupNotAttempted}
+	}
+	r.mu.Lock()
+	gone, stopping := r.gone, r.stopping
+	inFlight := 0
+	for _, q := range r.pending {
+		if q.c == c {
+			inFlight++
+		}
+	}
+	r.mu.Unlock()
+	switch {
+	case gone != nil || stopping:
+		reason := "the VM is stopping"
+		if gone != nil {
+			reason = "the VM stopped: " + gone.Error()
+		}
+		c.sendErr(m.ID, wire.ErrNoVM, reason+": start it with `pybox vm start`", notSent)
+		return
+	case inFlight >= maxPending:
+		c.sendErr(m.ID, wire.ErrBusy, fmt.Sprintf("%d requests in flight on this connection; wait for answers", maxPending), notSent)
+		return
+	}
+	if m.Type == wire.TypeShutdown {
+		r.mu.Lock()
+		r.stopping = true
+		r.mu.Unlock()
+	}
+	if err := r.send(p, m); err != nil {
+		c.sendErr(m.ID, wire.ErrNoVM, "the VM is not reachable: "+err.Error(), notSent)
+	}
+}
+
+// send registers p and writes m to the guest under a fresh ID.
+func (r *Relay) send(p *pending, m *wire.Message) error {
+	r.mu.Lock()
+	r.nextID++
+	id := r.nextID
+	r.pending[id] = p
+	r.mu.Unlock()
+	out := *m
+	out.ID = id
+	r.wmu.Lock()
+	err := writeMessage(r.guest, &out)
+	r.wmu.Unlock()
+	if err != nil {
+		r.mu.Lock()
+		delete(r.pending, id)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+// leave forgets a client. A run it was waiting for is cancelled: nobody
+// would read its receipt, and the box should not outlive its purpose.
+func (r *Relay) leave(c *peer) {
+	c.close()
+	r.mu.Lock()
+	delete(r.clients, c)
+	var runs []string
+	for _, p := range r.pending {
+		if p.c == c {
+			p.c = nil
+			if p.typ == wire.TypeRun {
+				runs = append(runs, p.runID)
+			}
+		}
+	}
+	gone := r.gone != nil
+	r.mu.Unlock()
+	if gone {
+		return
+	}
+	for _, id := range runs {
+		r.logf("client left during run %s: cancelling it", id)
+		cancel := &wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: id}}
+		if err := r.send(&pending{typ: wire.TypeCancel, runID: id}, cancel); err != nil {
+			r.logf("cancelling run %s: %v", id, err)
+		}
+	}
+}
+
+// Shutdown asks the guest to power off, as a client would.
+func (r *Relay) Shutdown() error {
+	r.mu.Lock()
+	r.stopping = true
+	gone := r.gone
+	r.mu.Unlock()
+	if gone != nil {
+		return gone
+	}
+	return r.send(&pending{typ: wire.TypeShutdown}, &wire.Message{Type: wire.TypeShutdown})
+}
+
+func errorMessage(code, msg string, cleanup *wire.Cleanup) *wire.Message {
+	return &wire.Message{Type: wire.TypeError, Error: &wire.Error{Code: code, Message: msg, Cleanup: cleanup}}
+}
+
+func readMessage(r io.Reader) (*wire.Message, error) {
+	p, err := frame.Read(r)
+	if err != nil {
+		return nil, err
+	}
+	return wire.Decode(p)
+}
+
+func writeMessage(w io.Writer, m *wire.Message) error {
+	p, err := wire.Encode(m)
+	if err != nil {
+		return err
+	}
+	return frame.Write(w, p)
+}

@@ -1,0 +1,436 @@
+package supervisor
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pybox/shared/frame"
+	"pybox/shared/wire"
+)
+
+// harness is a relay with a fake guest on the other end of a pipe.
+type harness struct {
+	t      *testing.T
+	relay  *Relay
+	guest  net.Conn // the fake guest's end
+	runErr chan error
+
+	mu   sync.Mutex
+	logs []string
+}
+
+var guestHello = wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "v-test", Kernel: "6.1-test"}
+
+func newHarness(t *testing.T) *harness {
+	h := &harness{t: t, runErr: make(chan error, 1)}
+	hostEnd, guestEnd := net.Pipe()
+	h.guest = guestEnd
+	h.relay = NewRelay(hostEnd, guestHello, func(format string, args ...any) {
+		h.mu.Lock()
+		h.logs = append(h.logs, fmt.Sprintf(format, args...))
+		h.mu.Unlock()
+	})
+	go func() { h.runErr <- h.relay.Run() }()
+	t.Cleanup(func() {
+		h.relay.Close()
+		guestEnd.Close()
+	})
+	return h
+}
+
+// connect adds a client and returns its end.
+func (h *harness) connect() net.Conn {
+	mine, theirs := net.Pipe()
+	h.relay.admit(theirs)
+	h.t.Cleanup(func() { mine.Close() })
+	return mine
+}
+
+func (h *harness) hello(c net.Conn) {
+	h.t.Helper()
+	send(h.t, c, &wire.Message{Type: wire.TypeHello, ID: 7, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}})
+	m := recv(h.t, c)
+	if m.Type != wire.TypeHello || m.ID != 7 || m.Hello.AgentVersion != "v-test" {
+		h.t.Fatalf("hello answer = %+v", m)
+	}
+}
+
+func (h *harness) logged(sub string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.logs {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func send(t *testing.T, c net.Conn, m *wire.Message) {
+	t.Helper()
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if err := writeMessage(c, m); err != nil {
+		t.Fatalf("send %s: %v", m.Type, err)
+	}
+}
+
+func recv(t *testing.T, c net.Conn) *wire.Message {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	m, err := readMessage(c)
+	if err != nil {
+		t.Fatalf("recv: %v", err)
+	}
+	return m
+}
+
+func testRun(id string) *wire.Run {
+	return &wire.Run{RunID: id, Code: "print(1)", Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
+}
+
+func receipt(runID, status string) *wire.Message {
+	return &wire.Message{Type: wire.TypeReceipt, Result: &wire.Result{Receipt: wire.Receipt{
+		RunID: runID, Status: status, Cleanup: wire.Cleanup{Status: wire.CleanupRemoved}}}}
+}
+
+func TestHelloAnsweredBySupervisor(t *testing.T) {
+	h := newHarness(t)
+	h.hello(h.connect())
+}
+
+func TestTwoClientsSameIDs(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.connect(), h.connect()
+	h.hello(a)
+	h.hello(b)
+	send(t, a, &wire.Message{Type: wire.TypePing, ID: 1})
+	first := recv(t, h.guest)
+	send(t, b, &wire.Message{Type: wire.TypePing, ID: 1})
+	second := recv(t, h.guest)
+	if first.Type != wire.TypePing || second.Type != wire.TypePing || first.ID == second.ID {
+		t.Fatalf("the guest saw %+v and %+v: want two pings with distinct IDs", first, second)
+	}
+	// Answer in reverse order: each pong must still reach its own client.
+	send(t, h.guest, &wire.Message{Type: wire.TypePong, ID: second.ID})
+	if m := recv(t, b); m.Type != wire.TypePong || m.ID != 1 {
+		t.Fatalf("b got %+v", m)
+	}
+	send(t, h.guest, &wire.Message{Type: wire.TypePong, ID: first.ID})
+	if m := recv(t, a); m.Type != wire.TypePong || m.ID != 1 {
+		t.Fatalf("a got %+v", m)
+	}
+}
+
+func TestRequestBeforeHello(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	send(t, c, &wire.Message{Type: wire.TypePing, ID: 3})
+	m := recv(t, c)
+	if m.Type != wire.TypeError || m.Error.Code != wire.ErrProtocol || m.ID != 3 {
+		t.Fatalf("got %+v, want a protocol error", m)
+	}
+	expectClosed(t, c)
+}
+
+func TestClientMayNotSendAnswers(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	send(t, c, receipt("r1", wire.StatusOK))
+	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrProtocol {
+		t.Fatalf("got %+v, want a protocol error", m)
+	}
+	expectClosed(t, c)
+}
+
+func TestWrongProtocolRefused(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	send(t, c, &wire.Message{Type: wire.TypeHello, ID: 1, Hello: &wire.Hello{Protocol: wire.ProtocolVersion + 1}})
+	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrProtocol {
+		t.Fatalf("got %+v, want a protocol error", m)
+	}
+	expectClosed(t, c)
+}
+
+func TestBadRunNotForwarded(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	bad := testRun("../x")
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 4, Run: bad})
+	m := recv(t, c)
+	if m.Type != wire.TypeError || m.Error.Code != wire.ErrBadRequest || m.Error.Cleanup.Status != wire.CleanupNotAttempted {
+		t.Fatalf("got %+v, want bad_request with cleanup NOT_ATTEMPTED", m)
+	}
+	// The connection stays usable, and the guest saw nothing but this ping.
+	send(t, c, &wire.Message{Type: wire.TypePing, ID: 5})
+	if g := recv(t, h.guest); g.Type != wire.TypePing {
+		t.Fatalf("the guest got %+v", g)
+	}
+}
+
+func TestRunAndReceipt(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 9, Run: testRun("r1")})
+	g := recv(t, h.guest)
+	if g.Type != wire.TypeRun || g.Run.RunID != "r1" {
+		t.Fatalf("the guest got %+v", g)
+	}
+	rc := receipt("r1", wire.StatusOK)
+	rc.ID = g.ID
+	send(t, h.guest, rc)
+	m := recv(t, c)
+	if m.Type != wire.TypeReceipt || m.ID != 9 || m.Result.Receipt.RunID != "r1" {
+		t.Fatalf("got %+v", m)
+	}
+}
+
+func TestClientLeavesMidRun(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 1, Run: testRun("r2")})
+	run := recv(t, h.guest)
+	c.Close()
+	cancel := recv(t, h.guest)
+	if cancel.Type != wire.TypeCancel || cancel.Cancel.RunID != "r2" || cancel.ID == run.ID {
+		t.Fatalf("after the client left the guest got %+v, want cancel r2", cancel)
+	}
+	send(t, h.guest, &wire.Message{Type: wire.TypeOK, ID: cancel.ID})
+	rc := receipt("r2", wire.StatusCancelled)
+	rc.ID = run.ID
+	send(t, h.guest, rc)
+	waitFor(t, func() bool { return h.logged("run r2 ended after its client left: status cancelled") })
+	// The relay still serves others.
+	d := h.connect()
+	h.hello(d)
+}
+
+func TestGuestAnswersUnasked(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	send(t, h.guest, &wire.Message{Type: wire.TypePong, ID: 12345})
+	waitFor(t, func() bool { return h.logged("nobody asked for") })
+	send(t, c, &wire.Message{Type: wire.TypePing, ID: 2})
+	g := recv(t, h.guest)
+	send(t, h.guest, &wire.Message{Type: wire.TypePong, ID: g.ID})
+	if m := recv(t, c); m.Type != wire.TypePong || m.ID != 2 {
+		t.Fatalf("got %+v", m)
+	}
+}
+
+func TestGuestAnswersWithWrongType(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	send(t, c, &wire.Message{Type: wire.TypePing, ID: 2})
+	g := recv(t, h.guest)
+	rc := receipt("r9", wire.StatusOK)
+	rc.ID = g.ID
+	send(t, h.guest, rc)
+	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrProtocol || m.ID != 2 {
+		t.Fatalf("got %+v, want a protocol error", m)
+	}
+}
+
+func TestGuestAnswersWithAnotherRunsReceipt(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 1, Run: testRun("mine")})
+	g := recv(t, h.guest)
+	rc := receipt("theirs", wire.StatusOK)
+	rc.ID = g.ID
+	send(t, h.guest, rc)
+	m := recv(t, c)
+	if m.Type != wire.TypeError || m.Error.Cleanup == nil || m.Error.Cleanup.Status != wire.CleanupUnknown {
+		t.Fatalf("got %+v, want an error with cleanup UNKNOWN", m)
+	}
+}
+
+func TestGuestGarbageIsFatal(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 1, Run: testRun("r3")})
+	recv(t, h.guest)
+	h.guest.Write([]byte{0, 0, 0, 5, '{', 'x', 'x', 'x', '}'})
+	m := recv(t, c)
+	if m.Type != wire.TypeError || m.Error.Code != wire.ErrNoVM || m.Error.Cleanup.Status != wire.CleanupUnknown {
+		t.Fatalf("got %+v, want no_vm with cleanup UNKNOWN", m)
+	}
+	select {
+	case err := <-h.runErr:
+		if err == nil || errors.Is(err, errEOF) {
+			t.Fatalf("Run = %v, want a decode error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 2, Run: testRun("r4")})
+	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrNoVM || m.Error.Cleanup.Status != wire.CleanupNotAttempted {
+		t.Fatalf("after the guest is gone, got %+v", m)
+	}
+}
+
+func TestGuestOversizedFrameIsFatal(t *testing.T) {
+	h := newHarness(t)
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], 1<<31)
+	h.guest.Write(hdr[:])
+	select {
+	case err := <-h.runErr:
+		if !errors.Is(err, frame.ErrTooLarge) {
+			t.Fatalf("Run = %v, want ErrTooLarge", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+func TestOversizedClientFrame(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], 0xFFFFFFF0)
+	c.Write(hdr[:])
+	m := recv(t, c)
+	runtime.ReadMemStats(&after)
+	if m.Type != wire.TypeError || m.Error.Code != wire.ErrProtocol {
+		t.Fatalf("got %+v, want a protocol error", m)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Errorf("refusing the frame allocated %d bytes", grew)
+	}
+	expectClosed(t, c)
+}
+
+func TestGarbageClientFrame(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	c.Write([]byte{0, 0, 0, 4, 0xff, 0xfe, 0, 1})
+	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrProtocol {
+		t.Fatalf("got %+v, want a protocol error", m)
+	}
+	expectClosed(t, c)
+}
+
+func TestShutdownStopsNewRequests(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	send(t, c, &wire.Message{Type: wire.TypeShutdown, ID: 1})
+	g := recv(t, h.guest)
+	if g.Type != wire.TypeShutdown {
+		t.Fatalf("the guest got %+v", g)
+	}
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 2, Run: testRun("late")})
+	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrNoVM || m.ID != 2 {
+		t.Fatalf("got %+v, want no_vm", m)
+	}
+	send(t, h.guest, &wire.Message{Type: wire.TypeOK, ID: g.ID})
+	if m := recv(t, c); m.Type != wire.TypeOK || m.ID != 1 {
+		t.Fatalf("got %+v, want ok", m)
+	}
+}
+
+func TestTooManyInFlight(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	go func() {
+		for {
+			if _, err := readMessage(h.guest); err != nil {
+				return
+			}
+		}
+	}()
+	for i := 1; i <= maxPending; i++ {
+		send(t, c, &wire.Message{Type: wire.TypePing, ID: uint64(i)})
+	}
+	send(t, c, &wire.Message{Type: wire.TypePing, ID: 99})
+	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrBusy || m.ID != 99 {
+		t.Fatalf("got %+v, want busy", m)
+	}
+}
+
+func TestHandshake(t *testing.T) {
+	host, guest := net.Pipe()
+	defer host.Close()
+	go func() {
+		m, err := readMessage(guest)
+		if err != nil || m.Type != wire.TypeHello {
+			return
+		}
+		h := guestHello
+		writeMessage(guest, &wire.Message{Type: wire.TypeHello, ID: m.ID, Hello: &h})
+	}()
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	got, err := Handshake(ctx, host)
+	if err != nil || got.AgentVersion != "v-test" {
+		t.Fatalf("Handshake = %+v, %v", got, err)
+	}
+}
+
+func TestHandshakeTimesOut(t *testing.T) {
+	host, guest := net.Pipe()
+	defer host.Close()
+	go func() { readMessage(guest) }() // reads the hello, never answers
+	ctx, cancel := contextWithTimeout(200 * time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := Handshake(ctx, host); err == nil || !strings.Contains(err.Error(), "no hello") {
+		t.Fatalf("Handshake = %v, want no hello", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestHandshakeWrongProtocol(t *testing.T) {
+	host, guest := net.Pipe()
+	defer host.Close()
+	go func() {
+		m, _ := readMessage(guest)
+		writeMessage(guest, &wire.Message{Type: wire.TypeHello, ID: m.ID, Hello: &wire.Hello{Protocol: 99}})
+	}()
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	if _, err := Handshake(ctx, host); err == nil || !strings.Contains(err.Error(), "protocol 99") {
+		t.Fatalf("Handshake = %v", err)
+	}
+}
+
+func expectClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if m, err := readMessage(c); err == nil {
+		t.Fatalf("connection still open: got %+v", m)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met in 5 s")
+}

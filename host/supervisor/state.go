@@ -1,0 +1,92 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"time"
+
+	"pybox/host/paths"
+	"pybox/host/vm"
+)
+
+// Phases of a VM in state.json.
+const (
+	PhaseBooting = "booting"
+	PhaseRunning = "running"
+)
+
+// State is state.json: what the supervisor runs, for `pybox vm status`
+// and `pybox vm stop`. The supervisor writes it; it is gone when the VM is.
+type State struct {
+	Phase         string     `json:"phase"`
+	SupervisorPid int        `json:"supervisor_pid"`
+	QEMUPid       int        `json:"qemu_pid,omitempty"`
+	Accel         string     `json:"accel,omitempty"`
+	Machine       string     `json:"machine,omitempty"`
+	Channel       string     `json:"channel,omitempty"`
+	StartedAt     time.Time  `json:"started_at"`
+	BootMS        int64      `json:"boot_ms,omitempty"`
+	AgentVersion  string     `json:"agent_version,omitempty"`
+	AgentCommit   string     `json:"agent_commit,omitempty"`
+	GuestKernel   string     `json:"guest_kernel,omitempty"`
+	Capabilities  []string   `json:"capabilities,omitempty"`
+	Kernel        string     `json:"kernel"`
+	Initramfs     string     `json:"initramfs"`
+	MemoryMiB     int        `json:"memory_mib"`
+	CPUs          int        `json:"cpus"`
+	Images        []vm.Image `json:"images"`
+	// GuestImages are the images the guest says it mounted, with the
+	// digests it was given.
+	GuestImages []vm.Image `json:"guest_images,omitempty"`
+}
+
+// ReadState reads state.json; (nil, nil) when there is none.
+func ReadState(d paths.VM) (*State, error) {
+	b, err := os.ReadFile(d.State())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func writeState(d paths.VM, s *State) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(d.State(), append(b, '\n'))
+}
+
+// writeFileAtomic writes a file so that a reader sees the old content or
+// the new, never half of it.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// leftovers are the files a VM leaves while it runs.
+func leftovers(d paths.VM) []string {
+	return []string{d.Socket(), d.ConsoleSocket(), d.GuestSocket(), d.State(), d.Config(), vm.PidFile(d.Dir)}
+}
+
+// removeLeftovers deletes a stopped VM's files and returns those it found.
+func removeLeftovers(d paths.VM) []string {
+	var found []string
+	for _, p := range leftovers(d) {
+		if err := os.Remove(p); err == nil {
+			found = append(found, p)
+		}
+	}
+	return found
+}

@@ -1,0 +1,402 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"pybox/host/paths"
+	"pybox/host/vm"
+	"pybox/shared/wire"
+)
+
+// startConfig is start.json: what `pybox vm start` asked for.
+type startConfig struct {
+	Home  string    `json:"home"`
+	Accel string    `json:"accel"`
+	VM    vm.Config `json:"vm"`
+}
+
+// event is one line on the pipe from the supervisor to `pybox vm start`.
+type event struct {
+	Note  string `json:"note,omitempty"`
+	Ready *State `json:"ready,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Inherited descriptors of a supervisor (see Start).
+const (
+	lockFD   = 3 // the VM lock, already taken by the starter
+	eventsFD = 4 // progress for the starter; closed once the VM is up
+)
+
+// guestGrace is how long QEMU may take to exit after the guest channel
+// closed (a powering-off guest) before it is killed.
+const guestGrace = 10 * time.Second
+
+// Main is the detached supervisor process (see Start): it boots the VM in
+// dir, serves clients until the VM stops, then removes its sockets and
+// state. Its stderr is the supervisor log.
+func Main(dir string) int {
+	logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
+	if err := checkInherited(paths.VM{Dir: dir}); err != nil {
+		logger.Printf("supervisor: %v", err)
+		return 1
+	}
+	s := &supervisor{
+		dir:    paths.VM{Dir: dir},
+		logf:   logger.Printf,
+		events: os.NewFile(eventsFD, "events"),
+	}
+	defer s.closeEvents()
+	// Neither may leak into QEMU: the lock must end with this process, and
+	// the starter must see EOF when this process is gone.
+	syscall.CloseOnExec(lockFD)
+	syscall.CloseOnExec(eventsFD)
+	lock := os.NewFile(lockFD, "lock")
+	defer lock.Close()
+	if err := s.run(); err != nil {
+		s.logf("supervisor: %v", err)
+		s.emit(event{Error: err.Error()})
+		return 1
+	}
+	return 0
+}
+
+// checkInherited checks that descriptors 3 and 4 are what Start passes:
+// the locked lock file of dir, and a pipe.
+func checkInherited(d paths.VM) error {
+	var fd3, lock, fd4 syscall.Stat_t
+	if syscall.Fstat(lockFD, &fd3) != nil || syscall.Stat(d.Lock(), &lock) != nil ||
+		fd3.Dev != lock.Dev || fd3.Ino != lock.Ino ||
+		syscall.Fstat(eventsFD, &fd4) != nil || fd4.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return errors.New("the supervisor is started by `pybox vm start`, not by hand")
+	}
+	return nil
+}
+
+type supervisor struct {
+	dir   paths.VM
+	logf  func(string, ...any)
+	cfg   startConfig
+	state State
+	con   *console
+
+	mu     sync.Mutex
+	events *os.File // to the starter, until the VM is up
+}
+
+// emit tells the starter how the start goes.
+func (s *supervisor) emit(e event) {
+	if e.Note != "" {
+		s.logf("%s", e.Note)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.events != nil {
+		// The starter may have gone (Ctrl-C): the start goes on regardless.
+		json.NewEncoder(s.events).Encode(e)
+	}
+}
+
+// closeEvents ends the starter's wait.
+func (s *supervisor) closeEvents() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.events != nil {
+		s.events.Close()
+		s.events = nil
+	}
+}
+
+func (s *supervisor) run() error {
+	// Everything this process creates (sockets, logs, QEMU's files) is
+	// for this user only.
+	syscall.Umask(0o077)
+	// A crashing QEMU would dump the guest's whole memory as a core file.
+	syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{})
+	if err := s.dir.Check(); err != nil {
+		return err
+	}
+	defer removeLeftovers(s.dir)
+	b, err := os.ReadFile(s.dir.Config())
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, &s.cfg); err != nil {
+		return fmt.Errorf("reading %s: %w", s.dir.Config(), err)
+	}
+	c := s.cfg.VM
+	s.state = State{Phase: PhaseBooting, SupervisorPid: os.Getpid(), StartedAt: time.Now().UTC(),
+		Kernel: c.Kernel, Initramfs: c.Initramfs, MemoryMiB: c.MemoryMiB, CPUs: c.CPUs, Images: c.Images}
+	if err := writeState(s.dir, &s.state); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+
+	clog, err := openRotatingLog(s.dir.ConsoleLog(), consoleLogMax)
+	if err != nil {
+		return err
+	}
+	defer clog.Close()
+	s.con = newConsole(clog)
+	defer s.con.closeAll()
+	conL, err := listen(s.dir.ConsoleSocket())
+	if err != nil {
+		return err
+	}
+	defer conL.Close()
+	go s.con.serve(conL)
+
+	m, relay, err := s.boot(ctx)
+	if err != nil {
+		return err
+	}
+	return s.serve(ctx, m, relay)
+}
+
+// boot tries each planned accelerator until a guest says hello.
+func (s *supervisor) boot(ctx context.Context) (*vm.Machine, *Relay, error) {
+	attempts, notes, err := vm.Plan(s.cfg.Home, s.cfg.VM, s.cfg.Accel)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range notes {
+		s.emit(event{Note: n})
+	}
+	for i, a := range attempts {
+		m, r, err := s.attempt(ctx, a)
+		if err == nil {
+			return m, r, nil
+		}
+		if ctx.Err() != nil || !a.Probe || i == len(attempts)-1 {
+			return nil, nil, err
+		}
+		reason := err.Error()
+		s.emit(event{Note: fmt.Sprintf("%s does not boot here (%s); using %s", a.Accel, reason, attempts[i+1].Accel)})
+		if err := vm.RecordFailure(s.cfg.Home, s.cfg.VM, a, reason); err != nil {
+			s.logf("recording the failed %s probe: %v", a.Accel, err)
+		}
+	}
+	return nil, nil, errors.New("no accelerator to try")
+}
+
+// attempt starts the VM once and waits for the guest's hello; on any
+// failure the VM is killed before it returns.
+func (s *supervisor) attempt(ctx context.Context, a vm.Attempt) (*vm.Machine, *Relay, error) {
+	c := s.cfg.VM
+	s.emit(event{Note: fmt.Sprintf("booting: %s, %s, %d CPUs, %d MiB, %s channel", a.Accel, c.Machine, c.CPUs, c.MemoryMiB, c.Channel)})
+	s.con.note(fmt.Sprintf("starting the VM (%s, %s) at %s", a.Accel, c.Machine, time.Now().UTC().Format(time.RFC3339)))
+	t0 := time.Now()
+	m, err := vm.Start(c, a, &lineLogger{logf: s.logf, prefix: "qemu: "})
+	if err != nil {
+		return nil, nil, err
+	}
+	go s.con.pump(m.Console)
+	hctx, cancel := context.WithTimeout(ctx, a.Timeout)
+	defer cancel()
+	var exited atomic.Bool
+	go func() {
+		select {
+		case <-m.Done():
+			exited.Store(true)
+			cancel()
+		case <-hctx.Done():
+		}
+	}()
+	go s.tellSlowBoot(hctx, t0)
+	guest, hello, err := greet(hctx, m)
+	if err == nil {
+		s.record(m, hello, time.Since(t0))
+		return m, NewRelay(guest, hello, s.logf), nil
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		// The channel broke: most likely QEMU is exiting, and its exit
+		// says more than the broken channel.
+		select {
+		case <-m.Done():
+			exited.Store(true)
+		case <-time.After(time.Second):
+		}
+	}
+	m.Kill()
+	err = bootFailure(ctx, a, m, exited.Load(), err)
+	s.con.note("the VM was stopped: " + err.Error())
+	return nil, nil, err
+}
+
+// bootFailure says why a boot got no hello, in the terms that help most.
+func bootFailure(ctx context.Context, a vm.Attempt, m *vm.Machine, exited bool, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return errors.New("stopped by a signal during boot")
+	case exited && m.Err() != nil:
+		return fmt.Errorf("the VM exited during boot: %w", m.Err())
+	case exited:
+		return errors.New("the VM powered off during boot (a kernel panic or a failing /init: see the console log)")
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no hello from the guest within %s", a.Timeout)
+	}
+	return err
+}
+
+// greet connects to the guest channel and does the hello handshake.
+func greet(ctx context.Context, m *vm.Machine) (net.Conn, wire.Hello, error) {
+	guest, err := m.DialGuest(ctx)
+	if err != nil {
+		return nil, wire.Hello{}, err
+	}
+	h, err := Handshake(ctx, guest)
+	if err != nil {
+		guest.Close()
+		return nil, wire.Hello{}, err
+	}
+	return guest, h, nil
+}
+
+// record notes a booted VM in the state.
+func (s *supervisor) record(m *vm.Machine, h wire.Hello, boot time.Duration) {
+	st := &s.state
+	st.QEMUPid, st.Accel, st.Machine, st.Channel = m.Pid, m.Accel, m.Kind, m.Channel
+	st.BootMS = boot.Milliseconds()
+	st.AgentVersion, st.AgentCommit, st.GuestKernel, st.Capabilities = h.AgentVersion, h.AgentCommit, h.Kernel, h.Capabilities
+	st.GuestImages = nil
+	for _, im := range h.Images {
+		st.GuestImages = append(st.GuestImages, vm.Image{Name: im.Name, Digest: im.Digest})
+	}
+	s.con.note(fmt.Sprintf("the guest said hello after %d ms: agent %s (%s), kernel %s", st.BootMS, h.AgentVersion, h.AgentCommit, h.Kernel))
+	mounted := map[string]string{}
+	for _, im := range h.Images {
+		mounted[im.Name] = im.Digest
+	}
+	for _, im := range st.Images {
+		if d, ok := mounted[im.Name]; !ok || d != im.Digest {
+			s.emit(event{Note: fmt.Sprintf("warning: the guest does not list image %s (%s) as mounted: see `pybox vm logs`", im.Name, im.Digest[:12])})
+		}
+	}
+}
+
+// tellSlowBoot says every 10 s that the boot goes on, so a slow TCG boot
+// does not look like a hang.
+func (s *supervisor) tellSlowBoot(ctx context.Context, t0 time.Time) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.emit(event{Note: fmt.Sprintf("still booting (%.0f s)", time.Since(t0).Seconds())})
+		}
+	}
+}
+
+// serve relays until the VM stops or a signal asks the supervisor to stop it.
+func (s *supervisor) serve(ctx context.Context, m *vm.Machine, r *Relay) error {
+	defer m.Kill()
+	defer r.Close()
+	l, err := listen(s.dir.Socket())
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	go r.Serve(l)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run() }()
+
+	s.state.Phase = PhaseRunning
+	if err := writeState(s.dir, &s.state); err != nil {
+		return err
+	}
+	ready := s.state
+	s.emit(event{Ready: &ready})
+	s.closeEvents()
+
+	select {
+	case <-m.Done():
+		s.logf("the VM exited: %v", orClean(m.Err()))
+		return nil
+	case err := <-relayDone:
+		if errors.Is(err, io.EOF) {
+			s.logf("%v: waiting up to %s for the VM to exit", err, guestGrace)
+		} else {
+			// A guest that breaks the protocol is not trusted with another frame.
+			s.logf("%v: stopping the VM", err)
+			m.Kill()
+		}
+	case <-ctx.Done():
+		s.logf("signal: shutting the guest down")
+		if err := r.Shutdown(); err != nil {
+			s.logf("shutdown: %v", err)
+		}
+	}
+	select {
+	case <-m.Done():
+		s.logf("the VM exited: %v", orClean(m.Err()))
+	case <-time.After(guestGrace):
+		s.logf("the VM did not exit within %s: killing it", guestGrace)
+		m.Kill()
+	}
+	return nil
+}
+
+func orClean(err error) any {
+	if err == nil {
+		return "cleanly"
+	}
+	return err
+}
+
+func listen(path string) (net.Listener, error) {
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	// The directory is 0700 already; the socket's own mode says the same.
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// lineLogger logs what is written to it (QEMU's stderr) line by line.
+type lineLogger struct {
+	logf   func(string, ...any)
+	prefix string
+	buf    []byte
+}
+
+func (w *lineLogger) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if line := bytes.TrimSpace(w.buf[:i]); len(line) > 0 {
+			w.logf("%s%s", w.prefix, line)
+		}
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 4096 {
+		w.logf("%s%s", w.prefix, w.buf)
+		w.buf = nil
+	}
+	return len(p), nil
+}

@@ -1,0 +1,214 @@
+package vm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"pybox/shared/wire"
+)
+
+// Config is the VM to start.
+type Config struct {
+	Kernel    string  `json:"kernel"`
+	Initramfs string  `json:"initramfs"`
+	Images    []Image `json:"images,omitempty"`
+	MemoryMiB int     `json:"memory_mib"`
+	CPUs      int     `json:"cpus"`
+	// Machine picks the QEMU machine type: "microvm" (default) or "pc".
+	Machine string `json:"machine,omitempty"`
+	// Channel picks the guest channel: "serial" (virtio-serial, default)
+	// or "vsock".
+	Channel string `json:"channel,omitempty"`
+	// Dir is the VM's private directory (sockets live there).
+	Dir string `json:"dir"`
+}
+
+// Image is a read-only filesystem image attached to the VM. Digest is the
+// sha256 (hex) of the file; the host checks it before the VM starts.
+type Image struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Digest string `json:"digest"`
+}
+
+// Defaults for a Config.
+const (
+	DefaultMemoryMiB = 1024
+	DefaultCPUs      = 2
+	MachineMicrovm   = "microvm"
+	MachinePC        = "pc"
+	ChannelSerial    = "serial"
+	ChannelVsock     = "vsock"
+)
+
+// Check checks a Config before anything is started, filling in defaults.
+func (c *Config) Check() error {
+	if c.MemoryMiB == 0 {
+		c.MemoryMiB = DefaultMemoryMiB
+	}
+	if c.CPUs == 0 {
+		c.CPUs = DefaultCPUs
+	}
+	if c.Machine == "" {
+		c.Machine = MachineMicrovm
+	}
+	if c.Channel == "" {
+		c.Channel = ChannelSerial
+	}
+	switch {
+	case c.MemoryMiB < 256 || c.MemoryMiB > 65536:
+		return fmt.Errorf("vm: memory %d MiB: give 256–65536", c.MemoryMiB)
+	case c.CPUs < 1 || c.CPUs > 8:
+		return fmt.Errorf("vm: %d CPUs: give 1–8 (the guest kernel supports 8)", c.CPUs)
+	case c.Machine != MachineMicrovm && c.Machine != MachinePC:
+		return fmt.Errorf("vm: machine %q: use %s or %s", c.Machine, MachineMicrovm, MachinePC)
+	case c.Channel != ChannelSerial && c.Channel != ChannelVsock:
+		return fmt.Errorf("vm: channel %q: use %s or %s", c.Channel, ChannelSerial, ChannelVsock)
+	}
+	for _, f := range []struct{ what, path, hint string }{
+		{"kernel", c.Kernel, "build it with `make kernel`, or pass --kernel"},
+		{"initramfs", c.Initramfs, "build it with `make`, or pass --initramfs"},
+	} {
+		if fi, err := os.Stat(f.path); err != nil || !fi.Mode().IsRegular() {
+			return fmt.Errorf("vm: no %s at %q: %s", f.what, f.path, f.hint)
+		}
+	}
+	return checkImages(c.Images)
+}
+
+func checkImages(images []Image) error {
+	seen := map[string]bool{}
+	for _, im := range images {
+		if err := wire.CheckImageName(im.Name); err != nil {
+			return fmt.Errorf("vm: %w", err)
+		}
+		if seen[im.Name] {
+			return fmt.Errorf("vm: image %q given twice", im.Name)
+		}
+		seen[im.Name] = true
+		if len(im.Digest) != 64 || strings.Trim(im.Digest, "0123456789abcdef") != "" {
+			return fmt.Errorf("vm: image %q: digest %q is not a sha256 in hex", im.Name, im.Digest)
+		}
+		if strings.ContainsAny(im.Path, ",") {
+			// QEMU's option syntax would need ",," escaping; refuse rather than guess.
+			return fmt.Errorf("vm: image path %q contains a comma: move or link it elsewhere", im.Path)
+		}
+	}
+	return nil
+}
+
+// VerifyImages hashes each image file and compares it with its digest, so
+// that the VM never mounts an image that changed after it was built.
+func VerifyImages(images []Image) error {
+	for _, im := range images {
+		sum, err := FileSHA256(im.Path)
+		if err != nil {
+			return fmt.Errorf("vm: image %s: %w", im.Name, err)
+		}
+		if sum != im.Digest {
+			return fmt.Errorf("vm: image %s: %s has sha256 %s, but its digest says %s: rebuild the image",
+				im.Name, im.Path, sum, im.Digest)
+		}
+	}
+	return nil
+}
+
+// FileSHA256 returns the sha256 of a file's content, in hex.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// KernelCmdline is the guest kernel's command line, without the
+// backend's own additions.
+func KernelCmdline(images []Image) string {
+	args := []string{
+		"console=ttyS0",
+		"loglevel=4",
+		"panic=-1", // a panic reboots, and a reboot ends the VM (-no-reboot)
+		"reboot=t", // reboot with a triple fault: works on every machine type
+	}
+	sorted := append([]Image(nil), images...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, im := range sorted {
+		args = append(args, "pybox.image="+im.Name+":"+im.Digest)
+	}
+	return strings.Join(args, " ")
+}
+
+// PidFile is where the VM process writes its pid. Its path in the VM
+// process's command line also tells this directory's VM apart from others.
+func PidFile(dir string) string { return dir + "/vm.pid" }
+
+// Attempt is one way to start the VM. The supervisor waits Timeout for
+// the guest's hello; when Probe is set and no hello came, the attempt is
+// recorded as failed (RecordFailure) and the next one is tried.
+type Attempt struct {
+	Accel   string
+	Timeout time.Duration
+	Probe   bool
+}
+
+// Machine is a started VM.
+type Machine struct {
+	Pid     int
+	Accel   string
+	Kind    string // machine type, e.g. "microvm"
+	Channel string // "virtio-serial" or "vsock"
+	// Console is the serial console: reads are the guest's output, writes
+	// are typed into the guest. It reaches EOF when the VM is gone.
+	Console io.ReadWriter
+
+	dial func(ctx context.Context) (net.Conn, error)
+	kill func() error
+	done chan struct{}
+	once sync.Once
+	err  error
+}
+
+// DialGuest connects to the guest channel. The connection may open before
+// the guest agent listens; the hello handshake tells.
+func (m *Machine) DialGuest(ctx context.Context) (net.Conn, error) { return m.dial(ctx) }
+
+// Done is closed when the VM process has exited.
+func (m *Machine) Done() <-chan struct{} { return m.done }
+
+// Err is why the VM exited; valid after Done is closed.
+func (m *Machine) Err() error { return m.err }
+
+// Kill stops the VM at once (no clean shutdown) and waits for it.
+func (m *Machine) Kill() {
+	if err := m.kill(); err != nil {
+		select {
+		case <-m.done:
+			return
+		default:
+		}
+	}
+	<-m.done
+}
+
+// exited records the VM's end; the first call wins.
+func (m *Machine) exited(err error) {
+	m.once.Do(func() {
+		m.err = err
+		close(m.done)
+	})
+}

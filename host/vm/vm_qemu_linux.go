@@ -1,0 +1,343 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mdlayher/vsock"
+)
+
+// qemuBinary runs x86_64 guests; PYBOX_QEMU overrides it (tests, odd installs).
+func qemuBinary() string {
+	if q := os.Getenv("PYBOX_QEMU"); q != "" {
+		return q
+	}
+	return "qemu-system-x86_64"
+}
+
+// How long to wait for the guest's hello. Under KVM a boot takes well under
+// a second, so a KVM that shows nothing in 6 s is one that hangs (as the
+// nested /dev/kvm on the build machines does after "Booting from ROM").
+const (
+	kvmProbeTimeout = 6 * time.Second
+	kvmTimeout      = 30 * time.Second
+	tcgTimeout      = 90 * time.Second
+)
+
+// Guest vsock address when the vsock channel is used.
+const (
+	guestCID   = 3
+	guestVsock = 1024
+)
+
+// Plan says which accelerators to try, in order, for --accel requested,
+// with notes for the person waiting.
+func Plan(home string, cfg Config, requested string) ([]Attempt, []string, error) {
+	if runtime.GOARCH != "amd64" {
+		return nil, nil, fmt.Errorf("vm: QEMU guests are built for x86_64 only; this host is linux/%s", runtime.GOARCH)
+	}
+	tcg := Attempt{Accel: "tcg", Timeout: tcgTimeout}
+	switch requested {
+	case "tcg":
+		return []Attempt{tcg}, nil, nil
+	case "kvm":
+		if err := openKVM(); err != nil {
+			return nil, nil, fmt.Errorf("vm: %w: use --accel tcg", err)
+		}
+		return []Attempt{{Accel: "kvm", Timeout: kvmTimeout}}, nil, nil
+	case "auto", "":
+		if err := openKVM(); err != nil {
+			return []Attempt{tcg}, []string{fmt.Sprintf("kvm not available (%v); using tcg", err)}, nil
+		}
+		if _, ok := cachedKVMFailure(home, cfg.Kernel); ok {
+			return []Attempt{tcg}, []string{"kvm unusable here (cached probe); using tcg"}, nil
+		}
+		kvm := Attempt{Accel: "kvm", Timeout: kvmProbeTimeout, Probe: true}
+		return []Attempt{kvm, tcg}, []string{"trying kvm (falls back to tcg if it does not boot within 6 s)"}, nil
+	}
+	return nil, nil, fmt.Errorf("vm: accel %q: use auto, kvm or tcg", requested)
+}
+
+// RecordFailure remembers that a probing attempt did not boot, so that the
+// next start on this host boot goes straight to the next accelerator.
+func RecordFailure(home string, cfg Config, a Attempt, reason string) error {
+	if a.Accel != "kvm" {
+		return nil
+	}
+	return recordKVMFailure(home, cfg.Kernel, reason)
+}
+
+func openKVM() error {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// machineKind is what differs between QEMU machine types.
+type machineKind struct {
+	machine string // -machine value
+	suffix  string // virtio device suffix: -device (virtio-mmio) or -pci
+	cmdline string // added to the kernel command line
+	// needsTSC: microvm has no way to calibrate the TSC under TCG, and the
+	// kernel hangs unless told the frequency (tsc_early_khz).
+	needsTSC bool
+}
+
+var machineKinds = map[string]machineKind{
+	// acpi=off: QEMU then lists the virtio-mmio devices on the kernel
+	// command line itself (virtio_mmio.device=...).
+	MachineMicrovm: {machine: "microvm,acpi=off", suffix: "-device", needsTSC: true},
+	MachinePC:      {machine: "pc", suffix: "-pci"},
+}
+
+// qemuArgs builds QEMU's command line. tscKHz is used only where the
+// machine type needs it.
+func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
+	k := machineKinds[cfg.Machine]
+	cpu := "max" // under TCG: every feature QEMU can emulate (numpy's OpenBLAS needs more than the default model)
+	if accel == "kvm" {
+		cpu = "host"
+	}
+	cmdline := KernelCmdline(cfg.Images)
+	if k.cmdline != "" {
+		cmdline += " " + k.cmdline
+	}
+	if k.needsTSC && accel == "tcg" {
+		cmdline += " tsc_early_khz=" + strconv.Itoa(tscKHz)
+	}
+	args := []string{
+		"-name", "pybox",
+		"-pidfile", PidFile(cfg.Dir),
+		"-machine", k.machine,
+		"-accel", accel,
+		"-cpu", cpu,
+		"-m", strconv.Itoa(cfg.MemoryMiB),
+		"-smp", strconv.Itoa(cfg.CPUs),
+		"-nodefaults", "-no-user-config", "-display", "none",
+		"-nic", "none", // no network device at all
+		"-no-reboot", // the guest powers off by rebooting; that must end QEMU
+		"-kernel", cfg.Kernel,
+		"-initrd", cfg.Initramfs,
+		"-append", cmdline,
+		// The serial console is QEMU's stdio: pipes to the supervisor, so
+		// nothing the guest prints early is lost before anyone connects.
+		"-chardev", "stdio,id=con,signal=off",
+		"-serial", "chardev:con",
+		"-device", "virtio-rng" + k.suffix,
+	}
+	if cfg.Channel == ChannelVsock {
+		args = append(args, "-device", fmt.Sprintf("vhost-vsock%s,guest-cid=%d", k.suffix, guestCID))
+	} else {
+		args = append(args,
+			"-device", "virtio-serial"+k.suffix,
+			"-chardev", "socket,id=ch,path="+cfg.Dir+"/guest.sock,server=on,wait=off",
+			"-device", "virtserialport,chardev=ch,name=pybox")
+	}
+	for i, im := range cfg.Images {
+		id := "img" + strconv.Itoa(i)
+		args = append(args,
+			"-drive", "file="+im.Path+",if=none,format=raw,readonly=on,id="+id,
+			"-device", "virtio-blk"+k.suffix+",drive="+id+",serial="+im.Name)
+	}
+	if sandbox {
+		// QEMU's own seccomp filter: if the guest ever escapes into QEMU,
+		// it cannot exec, gain privileges or change resource limits.
+		args = append(args, "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny")
+	}
+	return args
+}
+
+// Start starts QEMU for one attempt. QEMU's stderr goes to stderr; its
+// last lines also end up in the Machine's exit error.
+func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
+	k, ok := machineKinds[cfg.Machine]
+	if !ok {
+		return nil, fmt.Errorf("vm: unknown machine %q", cfg.Machine)
+	}
+	tsc := 0
+	if k.needsTSC && a.Accel == "tcg" {
+		var err error
+		if tsc, err = hostTSCkHz(); err != nil {
+			return nil, fmt.Errorf("vm: %w: try --machine pc", err)
+		}
+	}
+	if cfg.Channel == ChannelVsock {
+		if _, err := os.Stat("/dev/vhost-vsock"); err != nil {
+			return nil, errors.New("vm: the vsock channel needs /dev/vhost-vsock (try: modprobe vhost_vsock), or use --channel serial")
+		}
+	}
+	qemu, err := exec.LookPath(qemuBinary())
+	if err != nil {
+		return nil, fmt.Errorf("vm: %w (try: apt-get install qemu-system-x86, or make deps)", err)
+	}
+	os.Remove(cfg.Dir + "/guest.sock")
+	cmd := exec.Command(qemu, qemuArgs(cfg, a.Accel, tsc, hasSandbox(qemu))...)
+	return startQEMU(cmd, cfg, a, stderr)
+}
+
+func startQEMU(cmd *exec.Cmd, cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	// If the supervisor dies, so does QEMU: nothing may run unowned.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+
+	m := &Machine{Accel: a.Accel, Kind: cfg.Machine, Channel: "virtio-serial", done: make(chan struct{})}
+	if cfg.Channel == ChannelVsock {
+		m.Channel = "vsock"
+	}
+	tail := &tailBuffer{max: 2048}
+	stderrDone := make(chan struct{})
+	go func() {
+		io.Copy(io.MultiWriter(stderr, tail), errR)
+		errR.Close()
+		close(stderrDone)
+	}()
+
+	started := make(chan error, 1)
+	go func() {
+		// Pdeathsig fires when the thread that started the child exits, not
+		// the process: keep this goroutine on its thread until QEMU is gone.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		werr := cmd.Wait()
+		<-stderrDone
+		inW.Close() // nobody types into a VM that is gone
+		m.exited(exitError(werr, tail.String()))
+	}()
+	err = <-started
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("vm: starting QEMU: %w", err)
+	}
+	m.Pid = cmd.Process.Pid
+	m.Console = consoleStream{outR, inW}
+	m.kill = func() error { return cmd.Process.Signal(syscall.SIGKILL) }
+	if cfg.Channel == ChannelVsock {
+		m.dial = func(ctx context.Context) (net.Conn, error) {
+			return redial(ctx, m, func() (net.Conn, error) { return vsock.Dial(guestCID, guestVsock, nil) })
+		}
+	} else {
+		sock := cfg.Dir + "/guest.sock"
+		m.dial = func(ctx context.Context) (net.Conn, error) {
+			return redial(ctx, m, func() (net.Conn, error) { return net.Dial("unix", sock) })
+		}
+	}
+	return m, nil
+}
+
+// redial retries dial until it connects, ctx ends or the VM exits: QEMU
+// creates its socket a moment after it starts, and a vsock peer listens
+// only once the guest agent runs.
+func redial(ctx context.Context, m *Machine, dial func() (net.Conn, error)) (net.Conn, error) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		c, err := dial()
+		if err == nil {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("vm: guest channel: %w (last: %v)", ctx.Err(), err)
+		case <-m.done:
+			return nil, fmt.Errorf("vm: guest channel: the VM exited: %v", m.err)
+		case <-t.C:
+		}
+	}
+}
+
+func exitError(err error, stderrTail string) error {
+	msg := strings.TrimSpace(stderrTail)
+	if i := strings.LastIndexByte(msg, '\n'); i >= 0 && len(msg)-i > 0 {
+		// QEMU's last line says why it stopped; earlier ones are warnings.
+		msg = strings.TrimSpace(msg[i+1:])
+	}
+	switch {
+	case err == nil:
+		return nil
+	case msg != "":
+		return fmt.Errorf("qemu: %w: %s", err, msg)
+	default:
+		return fmt.Errorf("qemu: %w", err)
+	}
+}
+
+// hasSandbox reports whether this QEMU was built with seccomp support.
+func hasSandbox(qemu string) bool {
+	out, err := exec.Command(qemu, "-help").Output()
+	return err == nil && strings.Contains(string(out), "\n-sandbox ")
+}
+
+type consoleStream struct {
+	r *os.File
+	w *os.File
+}
+
+func (c consoleStream) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c consoleStream) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// Close closes the reading end, once it has reached EOF (QEMU exited).
+func (c consoleStream) Close() error { return c.r.Close() }
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+var errNoTSC = errors.New("cannot find the host's TSC frequency (needed by -M microvm under TCG)")

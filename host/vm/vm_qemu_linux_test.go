@@ -1,0 +1,231 @@
+package vm
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func testConfig(t *testing.T, machine string) Config {
+	dir := t.TempDir()
+	for _, f := range []string{"bzImage", "initramfs.cpio", "stdlib.erofs"} {
+		os.WriteFile(filepath.Join(dir, f), []byte(f), 0o600)
+	}
+	return Config{
+		Kernel: filepath.Join(dir, "bzImage"), Initramfs: filepath.Join(dir, "initramfs.cpio"),
+		Images:    []Image{{Name: "stdlib", Path: filepath.Join(dir, "stdlib.erofs"), Digest: strings.Repeat("ab", 32)}},
+		MemoryMiB: 512, CPUs: 1, Machine: machine, Channel: ChannelSerial, Dir: dir,
+	}
+}
+
+// argAfter returns the values following each occurrence of flag.
+func argAfter(args []string, flag string) []string {
+	var out []string
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			out = append(out, args[i+1])
+		}
+	}
+	return out
+}
+
+func TestQEMUArgsMicrovmTCG(t *testing.T) {
+	cfg := testConfig(t, MachineMicrovm)
+	args := qemuArgs(cfg, "tcg", 2445404, true)
+	if got := argAfter(args, "-machine"); !slices.Equal(got, []string{"microvm,acpi=off"}) {
+		t.Errorf("-machine %v", got)
+	}
+	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{"max"}) {
+		t.Errorf("-cpu %v", got)
+	}
+	for _, want := range []string{"-no-reboot", "-nodefaults"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+	if got := argAfter(args, "-nic"); !slices.Equal(got, []string{"none"}) {
+		t.Errorf("-nic %v", got)
+	}
+	cmdline := argAfter(args, "-append")[0]
+	for _, want := range []string{"console=ttyS0", "reboot=t", "panic=-1", "tsc_early_khz=2445404", "pybox.image=stdlib:" + strings.Repeat("ab", 32)} {
+		if !strings.Contains(cmdline, want) {
+			t.Errorf("kernel command line %q lacks %q", cmdline, want)
+		}
+	}
+	devices := strings.Join(argAfter(args, "-device"), " ")
+	for _, want := range []string{"virtio-serial-device", "virtserialport,chardev=ch,name=pybox", "virtio-blk-device,drive=img0,serial=stdlib"} {
+		if !strings.Contains(devices, want) {
+			t.Errorf("devices %q lack %q", devices, want)
+		}
+	}
+	if strings.Contains(devices, "-pci") {
+		t.Errorf("microvm with a PCI device: %q", devices)
+	}
+	drive := argAfter(args, "-drive")[0]
+	if !strings.Contains(drive, "readonly=on") || !strings.Contains(drive, "format=raw") {
+		t.Errorf("-drive %q is not a read-only raw drive", drive)
+	}
+	if got := argAfter(args, "-chardev"); len(got) != 2 || !strings.Contains(got[1], "path="+cfg.Dir+"/guest.sock,server=on,wait=off") {
+		t.Errorf("-chardev %v", got)
+	}
+	if !slices.Contains(args, "-sandbox") {
+		t.Error("no -sandbox")
+	}
+}
+
+func TestQEMUArgsPCKVM(t *testing.T) {
+	cfg := testConfig(t, MachinePC)
+	args := qemuArgs(cfg, "kvm", 2445404, false)
+	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{"host"}) {
+		t.Errorf("-cpu %v", got)
+	}
+	if cmdline := argAfter(args, "-append")[0]; strings.Contains(cmdline, "tsc_early_khz") {
+		t.Errorf("pc needs no TSC hint: %q", cmdline)
+	}
+	devices := strings.Join(argAfter(args, "-device"), " ")
+	if !strings.Contains(devices, "virtio-serial-pci") || !strings.Contains(devices, "virtio-blk-pci") {
+		t.Errorf("devices %q", devices)
+	}
+	if slices.Contains(args, "-sandbox") {
+		t.Error("-sandbox without support")
+	}
+}
+
+func TestQEMUArgsVsock(t *testing.T) {
+	cfg := testConfig(t, MachineMicrovm)
+	cfg.Channel = ChannelVsock
+	devices := strings.Join(argAfter(qemuArgs(cfg, "tcg", 1, false), "-device"), " ")
+	if !strings.Contains(devices, "vhost-vsock-device,guest-cid=3") || strings.Contains(devices, "virtserialport") {
+		t.Errorf("devices %q", devices)
+	}
+}
+
+func TestTSC(t *testing.T) {
+	log := "[    0.000019] tsc: Detected 2445.404 MHz processor\n[    1.2] tsc: Refined TSC clocksource calibration: 2445.399 MHz\n"
+	if khz, ok := tscFromKernelLog(log); !ok || khz != 2445399 {
+		t.Errorf("refined: %d %v", khz, ok)
+	}
+	if khz, ok := tscFromKernelLog("[0.0] tsc: Detected 2445.404 MHz processor"); !ok || khz != 2445404 {
+		t.Errorf("detected: %d %v", khz, ok)
+	}
+	if _, ok := tscFromKernelLog("nothing here"); ok {
+		t.Error("found a TSC in nothing")
+	}
+	if khz, ok := tscFromCPUInfo("processor\t: 0\ncpu MHz\t\t: 2445.404\n"); !ok || khz != 2445404 {
+		t.Errorf("cpuinfo: %d %v", khz, ok)
+	}
+	if _, ok := tscFromCPUInfo("cpu MHz\t: garbage\n"); ok {
+		t.Error("parsed garbage")
+	}
+}
+
+func TestHostTSC(t *testing.T) {
+	khz, err := hostTSCkHz()
+	if err != nil {
+		t.Skipf("no TSC frequency on this host: %v", err)
+	}
+	if khz < 100000 {
+		t.Errorf("TSC %d kHz", khz)
+	}
+}
+
+func TestKVMProbeCache(t *testing.T) {
+	home := t.TempDir()
+	cfg := testConfig(t, MachineMicrovm)
+	if _, ok := cachedKVMFailure(home, cfg.Kernel); ok {
+		t.Fatal("a cached failure before any probe")
+	}
+	if err := RecordFailure(home, cfg, Attempt{Accel: "kvm"}, "no hello within 6s"); err != nil {
+		t.Fatal(err)
+	}
+	if reason, ok := cachedKVMFailure(home, cfg.Kernel); !ok || reason != "no hello within 6s" {
+		t.Fatalf("cached = %q, %v", reason, ok)
+	}
+	// Another kernel may boot where this one did not.
+	os.WriteFile(cfg.Kernel, []byte("another kernel"), 0o600)
+	if _, ok := cachedKVMFailure(home, cfg.Kernel); ok {
+		t.Error("the cache survived a kernel change")
+	}
+}
+
+func TestPlan(t *testing.T) {
+	cfg := testConfig(t, MachineMicrovm)
+	home := t.TempDir()
+	at, _, err := Plan(home, cfg, "tcg")
+	if err != nil || len(at) != 1 || at[0].Accel != "tcg" || at[0].Probe {
+		t.Fatalf("tcg: %+v %v", at, err)
+	}
+	if _, _, err := Plan(home, cfg, "xen"); err == nil {
+		t.Error("accepted accel xen")
+	}
+	at, notes, err := Plan(home, cfg, "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at[len(at)-1].Accel != "tcg" || len(notes) == 0 {
+		t.Errorf("auto does not end with tcg, or says nothing: %+v %q", at, notes)
+	}
+	if openKVM() == nil {
+		if len(at) != 2 || at[0].Accel != "kvm" || !at[0].Probe || at[0].Timeout > kvmProbeTimeout {
+			t.Errorf("auto with /dev/kvm: %+v", at)
+		}
+		RecordFailure(home, cfg, at[0], "test")
+		at, notes, _ = Plan(home, cfg, "auto")
+		if len(at) != 1 || !strings.Contains(strings.Join(notes, " "), "cached probe") {
+			t.Errorf("after a failed probe: %+v %q", at, notes)
+		}
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"ok", func(*Config) {}, ""},
+		{"no kernel", func(c *Config) { c.Kernel += ".missing" }, "make kernel"},
+		{"memory", func(c *Config) { c.MemoryMiB = 10 }, "memory"},
+		{"cpus", func(c *Config) { c.CPUs = 99 }, "CPUs"},
+		{"machine", func(c *Config) { c.Machine = "q35" }, "machine"},
+		{"image name", func(c *Config) { c.Images[0].Name = "../x" }, "image name"},
+		{"digest", func(c *Config) { c.Images[0].Digest = "abc" }, "digest"},
+		{"comma", func(c *Config) { c.Images[0].Path += ",x" }, "comma"},
+		{"twice", func(c *Config) { c.Images = append(c.Images, c.Images[0]) }, "twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, MachineMicrovm)
+			tc.edit(&cfg)
+			err := cfg.Check()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("Check = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestVerifyImages(t *testing.T) {
+	cfg := testConfig(t, MachineMicrovm)
+	if err := VerifyImages(cfg.Images); err == nil || !strings.Contains(err.Error(), "rebuild") {
+		t.Errorf("VerifyImages with a wrong digest = %v", err)
+	}
+	sum, _ := FileSHA256(cfg.Images[0].Path)
+	cfg.Images[0].Digest = sum
+	if err := VerifyImages(cfg.Images); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestAlive(t *testing.T) {
+	if !Alive(os.Getpid(), "vm.test") {
+		t.Error("this test process is not alive")
+	}
+	if Alive(os.Getpid(), "/no/such/marker") {
+		t.Error("matched a marker that is not in the command line")
+	}
+	if Alive(0, "") {
+		t.Error("pid 0 alive")
+	}
+}
