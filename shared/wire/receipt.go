@@ -30,6 +30,9 @@ const (
 	NotReturnedHardLink  = "hard link (more than one name)"
 	NotReturnedUnreadble = "could not be read"
 	NotReturnedChanged   = "changed while being read"
+	NotReturnedOverCount = "over the 64-file return cap"
+	NotReturnedName      = "name needs escaping; only plain names come back"
+	NotReturnedTimeLimit = "not examined: collecting output took too long"
 )
 
 // Result is the guest's answer to a run: the receipt, and the content of

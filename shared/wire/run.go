@@ -20,6 +20,7 @@ const (
 	MaxInputBytes         = 256 << 10 // all input files together, decoded
 	MaxReturnedFileBytes  = 48 << 10  // content of returned files together
 	MaxListedNotReturned  = 16
+	MaxReturnedFiles      = 64 // files brought back from /tmp/output
 	MaxRunIDBytes         = 64
 	MaxImageNameBytes     = 64
 	MaxFileNameBytes      = 255

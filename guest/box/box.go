@@ -1,0 +1,433 @@
+//go:build linux
+
+package box
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"pybox/guest/reap"
+	"pybox/shared/wire"
+)
+
+// Config is what the agent tells the box about the VM.
+type Config struct {
+	Images map[string]wire.ImageInfo // by name; the root of image X is /images/X
+	Agent  wire.AgentInfo
+}
+
+// Box runs one program at a time, each in a fresh sealed box. Its
+// methods are safe for concurrent use; runs are serialised.
+type Box struct {
+	cfg     Config
+	paths   paths
+	wait    func(pid int) (unix.WaitStatus, *unix.Rusage)
+	agentNS map[string]uint64
+
+	run sync.Mutex // held for the whole of a run
+
+	mu   sync.Mutex
+	left []leftover // what failed cleanups left; runs are refused while there is any
+}
+
+// paths are where a box's parts live; tests move them.
+type paths struct {
+	exe     string // the binary started as box-init
+	images  string // the image mounts, <images>/<name>
+	staging string // the staging tmpfs mounts, <staging>/<run_id>/tmp
+	cgroups string // the runs' parent cgroup; "" only in tests without cgroup2
+}
+
+var guestPaths = paths{
+	exe:     "/proc/self/exe",
+	images:  "/images",
+	staging: "/run/boxes",
+	cgroups: "/sys/fs/cgroup/runs",
+}
+
+// Timing of a run beyond its own timeout.
+const (
+	setupLimit  = 10 * time.Second // box-init's setup, up to the posture report
+	settleLimit = 5 * time.Second  // for the cgroup to empty after cgroup.kill
+	drainLimit  = 2 * time.Second  // for the pipes to end once the cgroup is empty
+)
+
+// New returns a Box for the images the guest mounted. The agent must
+// have started the reaper (reap.Start): the box collects its processes
+// with reap.Wait.
+func New(cfg Config) *Box {
+	return &Box{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces()}
+}
+
+// agentNamespaces reads the inode of each of the agent's namespaces, for
+// box-init to check that its own differ.
+func agentNamespaces() map[string]uint64 {
+	ns := map[string]uint64{}
+	for _, name := range namespaces {
+		if fi, err := os.Stat("/proc/self/ns/" + name); err == nil {
+			ns[name] = fi.Sys().(*syscall.Stat_t).Ino
+		}
+	}
+	return ns
+}
+
+// Run runs r in a fresh box and returns its result. It always returns a
+// receipt, whose cleanup status says whether the box is confirmed gone.
+// Cancelling ctx kills the box; the receipt then says cancelled.
+func (b *Box) Run(ctx context.Context, r *wire.Run) *wire.Result {
+	b.run.Lock()
+	defer b.run.Unlock()
+	rn := b.newRun(r)
+	if err := b.admit(r); err != nil {
+		rn.out.refusal = err.Error()
+		return rn.result()
+	}
+	rn.execute(ctx)
+	rn.rec.Cleanup = rn.cleanup()
+	return rn.result()
+}
+
+// admit checks everything that can be checked before a box is made.
+func (b *Box) admit(r *wire.Run) error {
+	if err := r.Check(); err != nil {
+		return fmt.Errorf("the request broke a rule: %w", err)
+	}
+	if _, ok := b.cfg.Images[r.Image]; !ok {
+		return fmt.Errorf("this VM has no image %q", r.Image)
+	}
+	if err := b.Healthy(); err != nil {
+		return err
+	}
+	if b.paths.cgroups != "" {
+		return checkCgroup2()
+	}
+	return nil
+}
+
+// Healthy is nil unless an earlier cleanup left part of a box behind.
+// Each call tries again to remove what is left; once it is all gone,
+// the box is healthy again.
+func (b *Box) Healthy() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var still []leftover
+	var what []string
+	for _, l := range b.left {
+		if rest := l.recover(); len(rest) > 0 {
+			still = append(still, l)
+			what = append(what, l.runID+": "+strings.Join(rest, ", "))
+		}
+	}
+	b.left = still
+	if len(still) == 0 {
+		return nil
+	}
+	return fmt.Errorf("box: the cleanup of an earlier run left %s; runs are refused until it is removed (see the console's mounts and cgroups)",
+		strings.Join(what, "; "))
+}
+
+// run is one run in progress.
+type run struct {
+	b   *Box
+	req *wire.Run
+	rec wire.Receipt
+
+	cg    *runCgroup
+	st    *staging
+	proc  *boxProc
+	out   outcome
+	files []wire.OutputFile
+
+	exitedAt time.Time
+	empty    bool // the cgroup was confirmed empty after the run
+}
+
+func (b *Box) newRun(r *wire.Run) *run {
+	img, ok := b.cfg.Images[r.Image]
+	if !ok {
+		img = wire.ImageInfo{Name: r.Image}
+	}
+	rn := &run{b: b, req: r}
+	rn.out.timeout = r.TimeoutSeconds
+	rn.rec = wire.Receipt{
+		SchemaVersion: wire.ReceiptSchemaVersion,
+		RunID:         r.RunID,
+		Image:         img,
+		Agent:         b.cfg.Agent,
+		Limits: wire.AppliedLimit{
+			TimeoutSeconds: r.TimeoutSeconds, MaxOutputBytes: r.MaxOutputBytes,
+			MemoryBytes: memoryMax, PidsMax: pidsMax, TmpBytes: tmpBytes, TmpInodes: tmpInodes,
+		},
+		Memory:     wire.Memory{LimitBytes: memoryMax, Reading: readingNone},
+		Pids:       wire.Pids{Max: pidsMax},
+		InputFiles: []wire.FileDigest{},
+		Output:     wire.Output{Returned: []wire.FileDigest{}, NotReturned: []wire.NotReturned{}},
+		Cleanup:    wire.Cleanup{Status: wire.CleanupNotAttempted},
+	}
+	if wire.CheckInputFiles(r.Files) == nil {
+		rn.rec.InputFiles = digestInputs(r.Files)
+	}
+	return rn
+}
+
+// Readings of memory.peak.
+const (
+	readingFinal    = "final"     // read after every process of the box was gone
+	readingNotFinal = "not_final" // read while something was left in the box
+	readingNone     = "unavailable"
+)
+
+// execute makes the box, runs the program and measures it. Whatever it
+// made is recorded in rn for cleanup, even when a step fails.
+func (rn *run) execute(ctx context.Context) {
+	b := rn.b
+	var err error
+	if b.paths.cgroups != "" {
+		rn.cg, err = makeCgroup(b.paths.cgroups, rn.req.RunID)
+		if err != nil {
+			rn.out.refusal = "the box could not be made: " + err.Error()
+			return
+		}
+	}
+	image := b.paths.images + "/" + rn.req.Image
+	rn.st, err = makeStaging(b.paths.staging, rn.req.RunID, image, rn.req.Files)
+	if err != nil {
+		rn.out.refusal = "the box could not be made: " + err.Error()
+		return
+	}
+	if ctx.Err() != nil {
+		rn.out.cancelled = true
+		return
+	}
+	cfg := childConfig{
+		Root: image, Staging: rn.st.tmp,
+		Argv: []string{"python3", "-I", "-B", "-c", rn.req.Code}, Env: programEnv(),
+		AgentNS: b.agentNS, UID: programID, GID: programID,
+	}
+	cgfd := -1
+	if rn.cg != nil {
+		cgfd = rn.cg.fd
+	}
+	rn.proc, err = spawn(b.paths.exe, cfg, cgfd, rn.req.MaxOutputBytes)
+	if err != nil {
+		rn.out.refusal = "the box could not be made: " + err.Error()
+		return
+	}
+	rn.supervise(ctx)
+	rn.settle()
+	if rn.out.refusal == "" {
+		rn.files, rn.rec.Output = collectOutput(rn.st.tmp, rn.req.ReturnFiles)
+	}
+	rn.measure()
+}
+
+// programEnv is the program's whole environment.
+func programEnv() []string {
+	env := []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/tmp",
+		"TMPDIR=/tmp",
+		"LANG=C.UTF-8",
+		"MPLCONFIGDIR=/tmp/" + mplConfig,
+		// The box has few CPUs and 128 processes; BLAS threads beyond
+		// two only contend.
+		"OPENBLAS_NUM_THREADS=2",
+		"PYTHONDONTWRITEBYTECODE=1",
+	}
+	if runtime.GOARCH == "amd64" {
+		// QEMU's default CPU model makes OpenBLAS's detection pick
+		// kernels that die with SIGILL (in matplotlib's savefig).
+		// Prescott's run everywhere, at no cost for the small arrays
+		// programs here use.
+		env = append(env, "OPENBLAS_CORETYPE=Prescott")
+	}
+	return env
+}
+
+// supervise waits for box-init, or the program it became, to exit,
+// killing the box at the timeout or on cancel.
+func (rn *run) supervise(ctx context.Context) {
+	p := rn.proc
+	exited := make(chan unix.WaitStatus, 1)
+	go func() {
+		ws, _ := rn.b.wait(p.pid)
+		exited <- ws
+	}()
+	setup := time.NewTimer(setupLimit)
+	defer setup.Stop()
+	var deadline <-chan time.Time
+	started, cancelled := p.report.started, ctx.Done()
+	for {
+		select {
+		case <-started:
+			// The wall timeout counts from the program's start, not
+			// from the box's setup.
+			started = nil
+			setup.Stop()
+			t := time.NewTimer(time.Duration(rn.req.TimeoutSeconds * float64(time.Second)))
+			defer t.Stop()
+			deadline = t.C
+		case <-deadline:
+			rn.out.timedOut = true
+			rn.kill()
+			deadline, cancelled = nil, nil
+		case <-setup.C:
+			rn.out.refusal = fmt.Sprintf("box setup took longer than %v", setupLimit)
+			rn.kill()
+			cancelled = nil
+		case <-cancelled:
+			rn.out.cancelled = true
+			rn.kill()
+			deadline, cancelled = nil, nil
+		case ws := <-exited:
+			rn.exitedAt = time.Now()
+			rn.out.exited, rn.out.status = true, ws
+			return
+		}
+	}
+}
+
+// kill kills every process of the box.
+func (rn *run) kill() {
+	if rn.cg != nil && rn.cg.kill() == nil {
+		return
+	}
+	// Without a cgroup (tests), or if cgroup.kill failed: box-init or
+	// the program is the init of the box's pid namespace, and when it
+	// dies the kernel kills every other process in it.
+	unix.Kill(rn.proc.pid, unix.SIGKILL)
+}
+
+// settle kills whatever the program left running, waits for the box to
+// empty, and lets the pipes end. Nothing of the box may run while
+// /tmp/output is read or memory.peak taken.
+func (rn *run) settle() {
+	rn.empty = true
+	if rn.cg != nil {
+		rn.cg.kill()
+		rn.empty = rn.cg.waitEmpty(settleLimit) == nil
+	}
+	p := rn.proc
+	p.stdout.finish(drainLimit)
+	p.stderr.finish(drainLimit)
+	p.report.finish(drainLimit)
+	if rn.out.refusal == "" {
+		rn.out.refusal = p.report.refusal()
+	}
+	rn.rec.Capture.Stdout, rn.rec.Capture.StdoutText = p.stdout.stream()
+	rn.rec.Capture.Stderr, rn.rec.Capture.StderrText = p.stderr.stream()
+	rn.rec.Posture = p.report.posture
+	if !p.report.startedAt.IsZero() && !rn.exitedAt.IsZero() {
+		rn.rec.WallMS = rn.exitedAt.Sub(p.report.startedAt).Milliseconds()
+	}
+}
+
+// measure reads the cgroup's counters into the receipt.
+func (rn *run) measure() {
+	if rn.cg == nil {
+		return
+	}
+	s, err := rn.cg.stats()
+	if err != nil {
+		return
+	}
+	rn.out.oomKills = s.oomKills
+	rn.rec.Memory.PeakBytes = s.memoryPeak
+	rn.rec.Memory.Reading = readingNotFinal
+	if rn.empty {
+		rn.rec.Memory.Reading = readingFinal
+	}
+	rn.rec.Memory.OOMKilled = s.oomKills > 0
+	rn.rec.CPU = wire.CPUTime{UserMS: s.userUsec / 1000, SystemMS: s.systemUsec / 1000}
+	rn.rec.Pids.LimitHit = s.pidsMaxHit
+}
+
+// cleanup removes the box, then checks that it is gone: only then is
+// it REMOVED. What is left is remembered, and runs are refused until a
+// later attempt removes it.
+func (rn *run) cleanup() wire.Cleanup {
+	if rn.st == nil && rn.cg == nil {
+		return wire.Cleanup{Status: wire.CleanupNotAttempted}
+	}
+	var errs []string
+	if rn.cg != nil && !rn.empty {
+		// A run that failed before its box emptied: one more try.
+		rn.cg.kill()
+		rn.cg.waitEmpty(settleLimit)
+	}
+	if rn.st != nil {
+		if err := rn.st.remove(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if rn.cg != nil {
+		if err := rn.cg.remove(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	l := leftover{runID: rn.req.RunID, st: rn.st, cg: rn.cg}
+	left := l.what()
+	if len(left) == 0 {
+		return wire.Cleanup{Status: wire.CleanupRemoved}
+	}
+	rn.b.mu.Lock()
+	rn.b.left = append(rn.b.left, l)
+	rn.b.mu.Unlock()
+	detail := "left: " + strings.Join(left, ", ")
+	if len(errs) > 0 {
+		detail += " (" + strings.Join(errs, "; ") + ")"
+	}
+	return wire.Cleanup{Status: wire.CleanupFailed, Detail: detail}
+}
+
+// result finishes the receipt.
+func (rn *run) result() *wire.Result {
+	v := decide(rn.out)
+	rn.rec.Status, rn.rec.ExitCode, rn.rec.Signal = v.status, v.exitCode, v.signal
+	rn.rec.Reason = pidsNote(v.reason, rn.rec.Pids.LimitHit)
+	return &wire.Result{Receipt: rn.rec, Files: rn.files}
+}
+
+// leftover is what a failed cleanup left of one box.
+type leftover struct {
+	runID string
+	st    *staging
+	cg    *runCgroup
+}
+
+// what lists what of the box still exists.
+func (l leftover) what() []string {
+	var left []string
+	if l.st != nil {
+		left = append(left, l.st.leftovers()...)
+	}
+	if l.cg != nil && !l.cg.gone() {
+		left = append(left, "cgroup "+l.cg.dir)
+	}
+	return left
+}
+
+// recover tries again to remove the box, less gently than cleanup (a
+// busy mount is detached), and says what is still left.
+func (l leftover) recover() []string {
+	if l.cg != nil && !l.cg.gone() {
+		l.cg.kill()
+		l.cg.waitEmpty(200 * time.Millisecond)
+		l.cg.remove()
+	}
+	if l.st != nil {
+		if err := l.st.remove(); err != nil {
+			unix.Unmount(l.st.tmp, unix.MNT_DETACH)
+			l.st.remove()
+		}
+	}
+	return l.what()
+}

@@ -1,0 +1,35 @@
+// Package box runs one program in a fresh sealed box and writes its
+// receipt.
+//
+// The parent side ([Box.Run], in the agent, real root in the guest) makes
+// the run's cgroup and a staging tmpfs for its /tmp, starts the box's
+// first process, bounds and measures it, kills whatever is left, collects
+// /tmp/output, removes the box and checks that it is gone.
+//
+// The box's first process is this same binary started again as
+// "box-init" ([ChildMain]): Go cannot run code between fork and exec, so
+// the namespaces come from clone flags and everything else (mounts, the
+// root switch, dropping to an unprivileged uid, seccomp) happens in
+// box-init, which then checks its own posture and execs python3.
+//
+// The two sides talk over two pipes: box-init reads its configuration as
+// JSON from fd 3, and writes JSON lines to fd 4 (close-on-exec): its
+// posture just before exec, or the step that failed. End of file after a
+// good posture means python3 is running.
+//
+// What a receipt means:
+//   - The wall timeout counts from the program's start (the posture
+//     report), not from the box's setup; wall_ms is measured the same way.
+//   - Output that is not valid UTF-8 keeps one U+FFFD per invalid run of
+//     bytes and sets invalid_utf8; a character cut in two by
+//     max_output_bytes is dropped whole. Byte counts are of the raw bytes.
+//   - exit_code is the program's code, or 128+n when signal n killed it,
+//     with the signal's name beside it (a timeout, cancel or OOM kill
+//     shows as 137, SIGKILL, and the status says why).
+//
+// python3 is the init of the box's pid namespace. So when it exits, the
+// kernel kills every other process of the box at once (the cgroup kill
+// that follows finds nothing); a signal it sends itself without a handler
+// is ignored; and orphans of its children are not reaped before it exits
+// (pids.max bounds them).
+package box

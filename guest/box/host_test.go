@@ -1,0 +1,423 @@
+//go:build linux
+
+package box
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"pybox/shared/wire"
+)
+
+// These tests run real boxes on the test machine itself: box-init is
+// this test binary started again (TestMain), the image a directory or a
+// mounted image file.
+// They need root and user namespaces, and skip the cgroup: its parts are
+// exercised in the VM. The end-to-end suite runs the same kinds of
+// programs in the real VM.
+const imageEnv = "PYBOX_TEST_IMAGE_ROOT"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "box-init" {
+		ChildMain()
+	}
+	code := m.Run()
+	if mountedImage != "" {
+		unix.Unmount(mountedImage, unix.MNT_DETACH)
+		os.RemoveAll(filepath.Dir(mountedImage))
+	}
+	os.Exit(code)
+}
+
+// Where the tests find an image: a directory, or an image file they
+// mount read-only for the duration (the store's stdlib by default, which
+// `make test` builds first).
+const imageFileEnv = "PYBOX_TEST_IMAGE"
+
+var (
+	imageOnce    sync.Once
+	imageRoot    string
+	imageErr     error
+	mountedImage string
+)
+
+func findImage() (string, error) {
+	imageOnce.Do(func() {
+		if dir := os.Getenv(imageEnv); dir != "" {
+			imageRoot = dir
+			return
+		}
+		file := os.Getenv(imageFileEnv)
+		if file == "" {
+			home := os.Getenv("PYBOX_HOME")
+			if home == "" {
+				h, _ := os.UserHomeDir()
+				home = filepath.Join(h, ".local/share/pybox")
+			}
+			file = filepath.Join(home, "images/stdlib/image.erofs")
+		}
+		if _, err := os.Stat(file); err != nil {
+			imageErr = fmt.Errorf("no image: %w", err)
+			return
+		}
+		dir, err := os.MkdirTemp("", "pybox-box-image-")
+		if err != nil {
+			imageErr = err
+			return
+		}
+		os.Chmod(dir, 0o755)
+		root := filepath.Join(dir, "stdlib")
+		os.Mkdir(root, 0o755)
+		if out, err := exec.Command("mount", "-o", "loop,ro", file, root).CombinedOutput(); err != nil {
+			imageErr = fmt.Errorf("mount %s: %v: %s", file, err, out)
+			return
+		}
+		imageRoot, mountedImage = root, root
+	})
+	return imageRoot, imageErr
+}
+
+// hostBox returns a Box whose image is the directory named by imageEnv.
+func hostBox(t *testing.T) *Box {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("running a box needs root (try: sudo go test)")
+	}
+	root, err := findImage()
+	if err != nil {
+		t.Skipf("%v: build one (make images), or set %s to an image file or %s to a root directory with python3",
+			err, imageFileEnv, imageEnv)
+	}
+	staging := t.TempDir()
+	// box-init walks to its tmpfs as "other": open the path up.
+	for d := staging; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o711)
+	}
+	name := filepath.Base(root)
+	return &Box{
+		cfg:     Config{Images: map[string]wire.ImageInfo{name: {Name: name, Digest: "test"}}, Agent: wire.AgentInfo{Version: "test"}},
+		paths:   paths{exe: "/proc/self/exe", images: filepath.Dir(root), staging: staging},
+		wait:    wait4,
+		agentNS: agentNamespaces(),
+	}
+}
+
+// wait4 stands in for the guest's reaper.
+func wait4(pid int) (unix.WaitStatus, *unix.Rusage) {
+	var ws unix.WaitStatus
+	var ru unix.Rusage
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, &ru)
+		if !errors.Is(err, unix.EINTR) {
+			return ws, &ru
+		}
+	}
+}
+
+var runs atomic.Int64
+
+func hostRun(t *testing.T, b *Box, ctx context.Context, code string, edit func(*wire.Run)) *wire.Result {
+	t.Helper()
+	r := &wire.Run{
+		RunID: fmt.Sprintf("host-%d", runs.Add(1)), Code: code, Image: filepath.Base(imageRoot),
+		TimeoutSeconds: 10, MaxOutputBytes: wire.MaxOutputBytes,
+	}
+	if edit != nil {
+		edit(r)
+	}
+	res := b.Run(ctx, r)
+	rec := res.Receipt
+	if rec.Cleanup.Status != wire.CleanupRemoved {
+		t.Errorf("cleanup %+v, want REMOVED", rec.Cleanup)
+	}
+	if _, err := os.Lstat(filepath.Join(b.paths.staging, r.RunID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("staging directory left behind: %v", err)
+	}
+	if err := b.Healthy(); err != nil {
+		t.Errorf("unhealthy after the run: %v", err)
+	}
+	return res
+}
+
+func TestHostRunPrints(t *testing.T) {
+	b := hostBox(t)
+	res := hostRun(t, b, context.Background(), "print('hello from the box')", nil)
+	rec := res.Receipt
+	if rec.Status != wire.StatusOK || *rec.ExitCode != 0 || rec.Capture.StdoutText != "hello from the box\n" {
+		t.Fatalf("receipt %+v", rec)
+	}
+	if rec.Posture == nil || !rec.Posture.OK || rec.Posture.Seccomp != 2 || len(rec.Posture.Namespaces) != 7 {
+		t.Errorf("posture %+v", rec.Posture)
+	}
+	if rec.WallMS <= 0 || rec.Agent.Version != "test" || rec.Image.Digest != "test" {
+		t.Errorf("receipt fields %+v", rec)
+	}
+}
+
+func TestHostRunExitAndException(t *testing.T) {
+	b := hostBox(t)
+	rec := hostRun(t, b, context.Background(), "import sys; sys.exit(3)", nil).Receipt
+	if rec.Status != wire.StatusError || *rec.ExitCode != 3 {
+		t.Errorf("exit 3: %s %v %s", rec.Status, rec.ExitCode, rec.Reason)
+	}
+	rec = hostRun(t, b, context.Background(), "raise ValueError('boom')", nil).Receipt
+	if rec.Status != wire.StatusError || *rec.ExitCode != 1 || !strings.Contains(rec.Capture.StderrText, "ValueError: boom") {
+		t.Errorf("exception: %+v", rec)
+	}
+	// The program is its pid namespace's init, so a signal it sends
+	// itself without a handler is ignored; a fault is not.
+	rec = hostRun(t, b, context.Background(), "import ctypes; ctypes.string_at(0)", nil).Receipt
+	if rec.Status != wire.StatusError || rec.Signal != "SIGSEGV" || *rec.ExitCode != 139 {
+		t.Errorf("segfault: %s %v %q %s", rec.Status, rec.ExitCode, rec.Signal, rec.Reason)
+	}
+}
+
+// sealedProbe checks the box from inside and prints one JSON object.
+const sealedProbe = `
+import ctypes, errno, json, os, socket, time
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return 0 if r >= 0 else errno.errorcode[ctypes.get_errno()]
+out = {}
+out['mount'] = call(165, b'none', b'/tmp', b'tmpfs', 0, None)
+out['unshare_user'] = call(272, 0x10000000)
+out['unshare_net'] = call(272, 0x40000000)
+out['ptrace'] = call(101, 0, 0, 0, 0)
+out['clone3'] = call(435, None, 0)
+out['keyctl'] = call(250, 0, 0)
+out['bpf'] = call(321, 0, None, 0)
+for name, fam in (('vsock', 40), ('netlink', 16), ('packet', 17)):
+    try:
+        socket.socket(fam, socket.SOCK_DGRAM).close(); out[name] = 0
+    except OSError as e:
+        out[name] = errno.errorcode[e.errno]
+t = time.monotonic()
+try:
+    socket.create_connection(('1.1.1.1', 80), timeout=5); out['connect'] = 0
+except OSError as e:
+    out['connect'] = errno.errorcode.get(e.errno, str(e))
+out['connect_s'] = time.monotonic() - t
+s = open('/proc/self/status').read()
+out['status'] = {l.split(':')[0]: l.split(':', 1)[1].strip() for l in s.splitlines() if l.startswith(('CapEff', 'CapBnd', 'NoNewPrivs', 'Seccomp', 'Uid'))}
+bad = []
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd); bad.append(fd)
+    except OSError:
+        pass
+out['open_fds_above_2'] = bad
+out['hostname'] = socket.gethostname()
+out['dev'] = sorted(os.listdir('/dev'))
+try:
+    open('/etc/pybox-write-test', 'w'); out['root_write'] = 0
+except OSError as e:
+    out['root_write'] = errno.errorcode[e.errno]
+out['input'] = open('/tmp/input/in.txt').read()
+try:
+    open('/tmp/input/in.txt', 'w'); out['input_write'] = 0
+except OSError as e:
+    out['input_write'] = errno.errorcode[e.errno]
+out['pid1'] = open('/proc/1/cmdline').read().split('\0')[0]
+out['mounts'] = sorted(l.split()[4] for l in open('/proc/self/mountinfo'))
+out['stdin'] = os.read(0, 10).decode()
+out['uid'] = os.getuid()
+open('/tmp/output/result.txt', 'w').write('done')
+os.symlink('/etc/shadow', '/tmp/output/shadow')
+os.mkfifo('/tmp/output/fifo')
+print(json.dumps(out))
+`
+
+func TestHostRunSealed(t *testing.T) {
+	b := hostBox(t)
+	res := hostRun(t, b, context.Background(), sealedProbe, func(r *wire.Run) {
+		r.Files = []wire.InputFile{{Name: "in.txt", Content: []byte("input data")}}
+		r.ReturnFiles = true
+	})
+	rec := res.Receipt
+	if rec.Status != wire.StatusOK {
+		t.Fatalf("status %s (%s)\nstderr: %s", rec.Status, rec.Reason, rec.Capture.StderrText)
+	}
+	t.Logf("probe: %s", rec.Capture.StdoutText)
+	var got map[string]any
+	if err := json.Unmarshal([]byte(rec.Capture.StdoutText), &got); err != nil {
+		t.Fatalf("probe output %q: %v", rec.Capture.StdoutText, err)
+	}
+	want := map[string]any{
+		"mount": "EPERM", "unshare_user": "EPERM", "unshare_net": "EPERM", "ptrace": "EPERM",
+		"clone3": "ENOSYS", "keyctl": "EPERM", "bpf": "EPERM", "vsock": "EPERM", "netlink": "EPERM",
+		"packet": "EPERM", "connect": "ENETUNREACH", "hostname": "pybox", "root_write": "EROFS",
+		"input": "input data", "input_write": "EACCES", "pid1": "python3", "stdin": "", "uid": 1000.0,
+	}
+	for k, v := range want {
+		if fmt.Sprint(got[k]) != fmt.Sprint(v) {
+			t.Errorf("%s: got %v, want %v", k, got[k], v)
+		}
+	}
+	if s, _ := got["connect_s"].(float64); s > 1 {
+		t.Errorf("connecting outward took %.1fs; it must fail at once", s)
+	}
+	st, _ := got["status"].(map[string]any)
+	for k, v := range map[string]string{"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2", "Uid": "1000\t1000\t1000\t1000"} {
+		if st[k] != v {
+			t.Errorf("status %s: got %q, want %q", k, st[k], v)
+		}
+	}
+	if fds := fmt.Sprint(got["open_fds_above_2"]); fds != "[]" {
+		t.Errorf("descriptors above 2 open in the box: %s", fds)
+	}
+	if dev := fmt.Sprint(got["dev"]); dev != "[fd full null random shm stderr stdin stdout urandom zero]" {
+		t.Errorf("/dev holds %s", dev)
+	}
+	for _, m := range got["mounts"].([]any) {
+		if !boxMounts[m.(string)] {
+			t.Errorf("the box sees mount %v", m)
+		}
+	}
+	if len(res.Files) != 1 || res.Files[0].Name != "result.txt" || string(res.Files[0].Content) != "done" {
+		t.Errorf("returned files %+v", res.Files)
+	}
+	if r := reasons(rec.Output); r["shadow"].Reason != wire.NotReturnedSymlink || r["fifo"].Reason != wire.NotReturnedNotFile {
+		t.Errorf("output %+v", rec.Output)
+	}
+	if len(rec.InputFiles) != 1 || rec.InputFiles[0].SHA256 != sum([]byte("input data")) {
+		t.Errorf("input files %+v", rec.InputFiles)
+	}
+}
+
+func TestHostRunTimeout(t *testing.T) {
+	b := hostBox(t)
+	start := time.Now()
+	rec := hostRun(t, b, context.Background(), "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass",
+		func(r *wire.Run) { r.TimeoutSeconds = 1 }).Receipt
+	if rec.Status != wire.StatusTimeout || rec.Signal != "SIGKILL" {
+		t.Errorf("receipt %s %q %s", rec.Status, rec.Signal, rec.Reason)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a 1s timeout took %v", took)
+	}
+}
+
+func TestHostRunCancel(t *testing.T) {
+	b := hostBox(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	rec := hostRun(t, b, ctx, "import time; time.sleep(60)", nil).Receipt
+	if rec.Status != wire.StatusCancelled {
+		t.Errorf("receipt %s %s", rec.Status, rec.Reason)
+	}
+}
+
+func TestHostRunFloodAndDaemon(t *testing.T) {
+	b := hostBox(t)
+	code := `
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(1)
+        open('/tmp/output/late.txt', 'w').write('daemon')
+        os._exit(0)
+    os._exit(0)
+sys.stdout.buffer.write(b'\x01' * (64 << 20))
+sys.stderr.buffer.write(b'\xff' * (64 << 20))
+`
+	res := hostRun(t, b, context.Background(), code, func(r *wire.Run) { r.ReturnFiles = true })
+	rec := res.Receipt
+	if rec.Status != wire.StatusOK {
+		t.Fatalf("receipt %s %s", rec.Status, rec.Reason)
+	}
+	c := rec.Capture
+	if c.Stdout.Bytes != 64<<20 || !c.Stdout.Truncated || c.Stdout.KeptBytes != wire.MaxOutputBytes || len(c.StdoutText) != wire.MaxOutputBytes {
+		t.Errorf("stdout %+v (%d chars)", c.Stdout, len(c.StdoutText))
+	}
+	if c.Stderr.Bytes != 64<<20 || !c.Stderr.InvalidUTF8 || c.StderrText != "\uFFFD" {
+		t.Errorf("stderr %+v %q", c.Stderr, c.StderrText)
+	}
+	if len(res.Files) != 0 || len(rec.Output.NotReturned) != 0 {
+		t.Errorf("the daemon outlived the program: %+v %+v", res.Files, rec.Output)
+	}
+}
+
+// An image without python3: box-init seals the box, then exec fails;
+// the receipt says refused with the step, and nothing ran.
+func TestHostRunRefusedWithoutPython(t *testing.T) {
+	b := hostBox(t)
+	empty := filepath.Join(t.TempDir(), "empty")
+	for _, d := range []string{"tmp", "dev", "proc"} {
+		if err := os.MkdirAll(filepath.Join(empty, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for d := empty; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	b.paths.images = filepath.Dir(empty)
+	b.cfg.Images["empty"] = wire.ImageInfo{Name: "empty", Digest: "none"}
+	rec := hostRun(t, b, context.Background(), "print('never')", func(r *wire.Run) { r.Image = "empty" }).Receipt
+	if rec.Status != wire.StatusRefused || rec.ExitCode != nil || !strings.Contains(rec.Reason, "step exec") {
+		t.Errorf("receipt %s %v %q", rec.Status, rec.ExitCode, rec.Reason)
+	}
+	if rec.Posture == nil || !rec.Posture.OK {
+		t.Errorf("posture %+v: the box was sealed before exec failed", rec.Posture)
+	}
+}
+
+// A run the admission refuses makes nothing and says so.
+func TestRunRefusedBeforeStart(t *testing.T) {
+	b := &Box{cfg: Config{Images: map[string]wire.ImageInfo{"stdlib": {Name: "stdlib"}}}, paths: paths{staging: t.TempDir()}}
+	for name, r := range map[string]*wire.Run{
+		"no such image": {RunID: "r1", Code: "pass", Image: "data", TimeoutSeconds: 1, MaxOutputBytes: 10},
+		"bad timeout":   {RunID: "r2", Code: "pass", Image: "stdlib", TimeoutSeconds: 99, MaxOutputBytes: 10},
+	} {
+		rec := b.Run(context.Background(), r).Receipt
+		if rec.Status != wire.StatusRefused || rec.Cleanup.Status != wire.CleanupNotAttempted || rec.RunID != r.RunID {
+			t.Errorf("%s: %s %s %q", name, rec.Status, rec.Cleanup.Status, rec.Reason)
+		}
+	}
+}
+
+// A cleanup that cannot unmount is FAILED, says what is left, and makes
+// the box refuse runs until a later attempt succeeds.
+func TestCleanupFailureAndRecovery(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting the staging tmpfs needs root (try: sudo go test)")
+	}
+	b := &Box{paths: paths{staging: t.TempDir()}}
+	st, err := makeStaging(b.paths.staging, "stuck", "/nonexistent-image", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An open file keeps the tmpfs busy: umount fails with EBUSY.
+	f, err := os.Open(filepath.Join(st.tmp, "output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rn := &run{b: b, req: &wire.Run{RunID: "stuck"}, st: st, empty: true}
+	c := rn.cleanup()
+	if c.Status != wire.CleanupFailed || !strings.Contains(c.Detail, "mount "+st.tmp) {
+		t.Errorf("cleanup %+v, want FAILED naming the mount", c)
+	}
+	if len(b.left) != 1 {
+		t.Errorf("the box remembers %d leftovers, want 1", len(b.left))
+	}
+	f.Close()
+	if err := b.Healthy(); err != nil {
+		t.Errorf("still unhealthy once the mount could go: %v", err)
+	}
+	if left := (leftover{st: st}).what(); len(left) != 0 {
+		t.Errorf("left after recovery: %v", left)
+	}
+}

@@ -1,0 +1,44 @@
+//go:build linux
+
+package box
+
+import "pybox/shared/wire"
+
+// Descriptors box-init is started with, beside stdin, stdout and stderr.
+const (
+	configFD = 3 // read: childConfig as JSON, then end of file
+	reportFD = 4 // write: report lines; close-on-exec
+)
+
+// Identities. The box's user namespace maps its uid/gid 0 (box-init's
+// setup only) and 1000 (the program) to unprivileged ids of the guest.
+const (
+	boxRootID     = 100000 // the box's 0, as the agent sees it
+	programID     = 1000   // the program's uid and gid inside the box
+	programHostID = 101000 // the program's ids as the agent sees them
+)
+
+// exitSetup is box-init's exit status when a step fails before exec.
+const exitSetup = 125
+
+// childConfig is everything box-init needs, sent on configFD.
+type childConfig struct {
+	Root    string            `json:"root"`    // the image's directory, the box's read-only root
+	Staging string            `json:"staging"` // the staging tmpfs, the box's /tmp
+	Argv    []string          `json:"argv"`    // argv[0] is looked up in the box's PATH
+	Env     []string          `json:"env"`
+	AgentNS map[string]uint64 `json:"agent_ns"` // the agent's namespace inodes, by /proc/self/ns name
+	UID     int               `json:"uid"`
+	GID     int               `json:"gid"`
+}
+
+// report is one line box-init writes on reportFD: its posture, or the
+// step that failed.
+type report struct {
+	Posture *wire.Posture `json:"posture,omitempty"`
+	Step    string        `json:"step,omitempty"`
+	Error   string        `json:"error,omitempty"`
+}
+
+// namespaces are the namespaces a box gets, by their /proc/self/ns name.
+var namespaces = []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"}

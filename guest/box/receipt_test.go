@@ -1,0 +1,117 @@
+//go:build linux
+
+package box
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"pybox/shared/wire"
+)
+
+// Wait statuses as the kernel encodes them.
+func exitedWith(code int) unix.WaitStatus      { return unix.WaitStatus(code << 8) }
+func killedBy(sig unix.Signal) unix.WaitStatus { return unix.WaitStatus(sig) }
+
+func TestDecide(t *testing.T) {
+	cases := []struct {
+		name   string
+		o      outcome
+		status string
+		code   int // -1: no exit code
+		signal string
+	}{
+		{"ok", outcome{exited: true, status: exitedWith(0)}, wire.StatusOK, 0, ""},
+		{"error", outcome{exited: true, status: exitedWith(3)}, wire.StatusError, 3, ""},
+		{"segfault", outcome{exited: true, status: killedBy(unix.SIGSEGV)}, wire.StatusError, 139, "SIGSEGV"},
+		{"timeout", outcome{timedOut: true, exited: true, status: killedBy(unix.SIGKILL)}, wire.StatusTimeout, 137, "SIGKILL"},
+		{"cancelled", outcome{cancelled: true, exited: true, status: killedBy(unix.SIGKILL)}, wire.StatusCancelled, 137, "SIGKILL"},
+		{"cancelled before start", outcome{cancelled: true}, wire.StatusCancelled, -1, ""},
+		{"oom", outcome{oomKills: 2, exited: true, status: killedBy(unix.SIGKILL)}, wire.StatusOOM, 137, "SIGKILL"},
+		{"timeout beats oom", outcome{timedOut: true, oomKills: 1, exited: true, status: killedBy(unix.SIGKILL)}, wire.StatusTimeout, 137, "SIGKILL"},
+		{"refused", outcome{refusal: "posture check failed", exited: true, status: exitedWith(exitSetup)}, wire.StatusRefused, -1, ""},
+		{"refused before start", outcome{refusal: "no image"}, wire.StatusRefused, -1, ""},
+		{"status lost", outcome{}, wire.StatusError, -1, ""},
+	}
+	for _, c := range cases {
+		v := decide(c.o)
+		code := -1
+		if v.exitCode != nil {
+			code = *v.exitCode
+		}
+		if v.status != c.status || code != c.code || v.signal != c.signal || v.reason == "" {
+			t.Errorf("%s: got %s %d %q (%q), want %s %d %q", c.name, v.status, code, v.signal, v.reason, c.status, c.code, c.signal)
+		}
+	}
+}
+
+func TestPidsNote(t *testing.T) {
+	if got := pidsNote("r", 0); got != "r" {
+		t.Errorf("got %q", got)
+	}
+	if got := pidsNote("r", 7); !strings.Contains(got, "7 forks were refused") {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestParseKV(t *testing.T) {
+	kv := parseKV([]byte("low 0\nhigh 0\nmax 12\noom 1\noom_kill 3\noom_group_kill 1\n"))
+	if kv["oom_kill"] != 3 || kv["max"] != 12 || kv["oom_group_kill"] != 1 {
+		t.Errorf("got %v", kv)
+	}
+	if kv := parseKV([]byte("populated 0\nfrozen 0\n")); kv["populated"] != 0 || len(kv) != 2 {
+		t.Errorf("got %v", kv)
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	in := "Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\nGroups:\t\nNoNewPrivs:\t1\nSeccomp:\t2\nCapEff:\t0000000000000000\n"
+	m, err := parseStatus(bufio.NewScanner(strings.NewReader(in)))
+	if err != nil || m["Uid"] != "1000\t1000\t1000\t1000" || m["Groups"] != "" || m["Seccomp"] != "2" || m["CapEff"] != "0000000000000000" {
+		t.Errorf("got %q, %v", m, err)
+	}
+}
+
+func TestNSInode(t *testing.T) {
+	if n, ok := nsInode("net:[4026531840]"); !ok || n != 4026531840 {
+		t.Errorf("got %d %v", n, ok)
+	}
+	for _, bad := range []string{"net:4026531840", "net:[x]", "", "net:[1"} {
+		if _, ok := nsInode(bad); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestMountsUnder(t *testing.T) {
+	info := strings.Join([]string{
+		"22 1 0:21 / /proc rw,relatime - proc proc rw",
+		"40 30 0:40 / /run/boxes/r1/tmp rw,nosuid,nodev - tmpfs pybox-tmp rw",
+		"41 30 0:41 / /run/boxes/r10/tmp rw - tmpfs pybox-tmp rw",
+		`42 30 0:42 / /run/boxes/r1/with\040space rw - tmpfs x rw`,
+	}, "\n")
+	path := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(path, []byte(info), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := mountsUnder(path, "/run/boxes/r1")
+	want := []string{"/run/boxes/r1/tmp", "/run/boxes/r1/with space"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("got %v %v, want %v", got, err, want)
+	}
+}
+
+func TestProgramEnvIsFixed(t *testing.T) {
+	env := strings.Join(programEnv(), "\n")
+	for _, want := range []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", "MPLCONFIGDIR=/tmp/.config/matplotlib"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("environment lacks %s", want)
+		}
+	}
+}

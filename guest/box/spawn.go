@@ -1,0 +1,190 @@
+//go:build linux
+
+package box
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"pybox/shared/wire"
+)
+
+// maxReport bounds what the agent reads from box-init's report pipe.
+const maxReport = 64 << 10
+
+// boxProc is a started box-init and the agent's ends of its pipes.
+type boxProc struct {
+	pid    int
+	stdout *capture
+	stderr *capture
+	report *reports
+}
+
+// sysProcAttr is how box-init is cloned: every namespace at once, its
+// uids mapped to unprivileged ids of the guest, and born inside the
+// run's cgroup (cgroupFD < 0 only in tests on a host without cgroup2).
+func sysProcAttr(cgroupFD int) *syscall.SysProcAttr {
+	ids := []syscall.SysProcIDMap{
+		{ContainerID: 0, HostID: boxRootID, Size: 1},
+		{ContainerID: programID, HostID: programHostID, Size: 1},
+	}
+	return &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
+			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+		UidMappings: ids,
+		GidMappings: ids,
+		// setgroups stays denied in the box: a process could otherwise
+		// drop a group that a file's permissions deny it through.
+		GidMappingsEnableSetgroups: false,
+		// uid 0 of the box, so that box-init keeps its capabilities in
+		// the new user namespace across exec. The agent has no
+		// supplementary groups to drop, and setgroups is denied anyway.
+		Credential:  &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+		UseCgroupFD: cgroupFD >= 0,
+		CgroupFD:    cgroupFD,
+		// Its own session: no controlling terminal, and no signal from
+		// the agent's process group reaches it.
+		Setsid: true,
+	}
+}
+
+// spawn starts box-init with cfg, stdout and stderr kept up to maxOut
+// bytes each. The caller owns the process and must collect it with the
+// reaper.
+func spawn(exe string, cfg childConfig, cgroupFD, maxOut int) (*boxProc, error) {
+	var closers []*os.File
+	defer func() {
+		for _, f := range closers {
+			f.Close()
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			closers = append(closers, r, w)
+		}
+		return r, w, err
+	}
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, stdin)
+	outR, outW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	cfgR, cfgW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	repR, repW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	p, err := os.StartProcess(exe, []string{"box-init", "box-init"}, &os.ProcAttr{
+		Dir:   "/",
+		Env:   []string{},
+		Files: []*os.File{stdin, outW, errW, cfgR, repW}, // fds 0–4
+		Sys:   sysProcAttr(cgroupFD),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start box-init: %w", err)
+	}
+	bp := &boxProc{pid: p.Pid}
+	// The reaper collects the exit; the handle is only a pidfd to close.
+	p.Release()
+	// The agent keeps only its read ends (and the config's write end);
+	// once the box's processes are gone, the reads end.
+	closers = []*os.File{stdin, outW, errW, cfgR, repW}
+	bp.stdout = startCapture(outR, maxOut)
+	bp.stderr = startCapture(errR, maxOut)
+	bp.report = readReports(repR)
+	go func() {
+		// box-init reads to the end before anything else, so this never
+		// blocks for long; if box-init died, the write fails.
+		json.NewEncoder(cfgW).Encode(cfg)
+		cfgW.Close()
+	}()
+	return bp, nil
+}
+
+// reports collects box-init's report lines.
+type reports struct {
+	started chan struct{} // closed when a good posture arrives
+	done    chan struct{} // closed at end of file
+	f       *os.File
+
+	// Valid after done.
+	posture   *wire.Posture
+	startedAt time.Time // when the good posture arrived: the program's start
+	step      string    // the step that failed, if one did
+	err       string
+}
+
+func readReports(f *os.File) *reports {
+	r := &reports{started: make(chan struct{}), done: make(chan struct{}), f: f}
+	go r.read()
+	return r
+}
+
+func (r *reports) read() {
+	defer close(r.done)
+	defer r.f.Close()
+	sc := bufio.NewScanner(io.LimitReader(r.f, maxReport))
+	sc.Buffer(make([]byte, 4096), maxReport)
+	for sc.Scan() {
+		var rep report
+		if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
+			r.step, r.err = "report", fmt.Sprintf("unreadable report from box-init: %v", err)
+			continue
+		}
+		switch {
+		case rep.Posture != nil && r.posture == nil:
+			r.posture = rep.Posture
+			if rep.Posture.OK {
+				r.startedAt = time.Now()
+				close(r.started)
+			}
+		case rep.Step != "" && r.step == "":
+			r.step, r.err = rep.Step, rep.Error
+		}
+	}
+	// Drain past the limit so that box-init never blocks on a full pipe.
+	io.Copy(io.Discard, r.f)
+}
+
+// finish waits up to d for end of file, then stops reading.
+func (r *reports) finish(d time.Duration) {
+	select {
+	case <-r.done:
+	case <-time.After(d):
+		r.f.SetReadDeadline(time.Now())
+		<-r.done
+	}
+}
+
+// refusal says why the program did not run, or "" if box-init reported
+// a good posture and nothing failed after it. Call it after done.
+func (r *reports) refusal() string {
+	switch {
+	case r.step != "":
+		return fmt.Sprintf("box setup failed at step %s: %s", r.step, r.err)
+	case r.posture == nil:
+		return "box-init ended without reporting its posture"
+	case !r.posture.OK:
+		return fmt.Sprintf("posture check failed: %v", r.posture.Problems)
+	}
+	return ""
+}
