@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"pybox/host/paths"
+)
+
+// linkImages gives e's fresh home the named images of the user's image
+// store (where `make images` put them), as links: they are hundreds of
+// MiB, and the VM only reads them. Missing images stop the test: a skip
+// with the fix, or a failure in CI.
+func linkImages(t testing.TB, e *vmEnv, names ...string) {
+	t.Helper()
+	home, err := paths.Home()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := paths.ImagesDir(home)
+	dst := paths.ImagesDir(e.home)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		for _, f := range []string{"image.erofs", "meta.json"} {
+			if _, err := os.Stat(filepath.Join(src, n, f)); err != nil {
+				msg := fmt.Sprintf("no image %s in %s: build the images with `make images` (they go to $PYBOX_HOME/images)", n, src)
+				if os.Getenv("CI") == "true" {
+					t.Fatal(msg)
+				}
+				t.Skip(msg)
+			}
+		}
+		if err := os.Symlink(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// `pybox check` against the real `pybox mcp` and a real VM: every check
+// passes, and a server started with other options than the check's is
+// caught by exactly the checks that see options.
+func TestCheckWithVM(t *testing.T) {
+	e := newVMEnv(t)
+	linkImages(t, e, "stdlib", "data")
+	e.mustStart("--images", "stdlib,data")
+	// A generous ceiling: the first run in a cold image is slow under TCG.
+	opts := []string{"--images", "stdlib,data", "--max-timeout", "10"}
+
+	out, errOut, code := e.pybox(append([]string{"check", "--json", "--vm-down"}, opts...)...)
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct {
+			Name                string
+			Pass                bool
+			Expected, Got, Hint string
+			Detail              string
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("a line that is not JSON: %q (%v)", line, err)
+		}
+		names = append(names, r.Name)
+		if !r.Pass {
+			t.Errorf("FAIL %s: expected %s; got %s; hint %s", r.Name, r.Expected, r.Got, r.Hint)
+		} else {
+			t.Logf("PASS %s: %s", r.Name, r.Detail)
+		}
+	}
+	want := []string{"initialize", "tools-list", "stdlib-run", "memory-final", "image:stdlib", "image:data", "files",
+		"unknown-argument", "timeout-ceiling", "output-is-data", "busy", "cancel", "timeout", "trimmed",
+		"oversize-message", "vm-down", "stdout-protocol-only"}
+	if !slices.Equal(names, want) {
+		t.Errorf("checks %q, want %q", names, want)
+	}
+	if code != exitOK || !strings.Contains(errOut, "17 passed, 0 failed") {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+
+	// The server allows only stdlib; the check expects stdlib and data.
+	server := []string{"--server", e.bin, "mcp", "--images", "stdlib", "--max-timeout", "10"}
+	out, errOut, code = e.pybox(append(append([]string{"check"}, opts...), server...)...)
+	var failed []string
+	for _, line := range strings.Split(out, "\n") {
+		if name, ok := strings.CutPrefix(line, "FAIL "); ok {
+			failed = append(failed, strings.Fields(name)[0])
+		}
+	}
+	if code != exitFailure || !slices.Equal(failed, []string{"tools-list", "image:data"}) || !strings.HasSuffix(out, "14 passed, 2 failed\n") {
+		t.Errorf("exit %d, failed %q:\n%s\nstderr:\n%s", code, failed, out, errOut)
+	}
+}
+
+func TestCheckCommandLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"--max-timeout", "31"},
+		{"--images", ""},
+		{"--server"},
+		{"extra"},
+	} {
+		out, code := capture(t, func() int { return checkMain(args) })
+		if code != exitUsage || !strings.Contains(out, "usage: pybox check") {
+			t.Errorf("pybox check %q: exit %d, output %q", args, code, out)
+		}
+	}
+	server, rest, ok := cutServer([]string{"-v", "--server", "x", "--json"})
+	if !ok || !slices.Equal(server, []string{"x", "--json"}) || !slices.Equal(rest, []string{"-v"}) {
+		t.Errorf("cutServer: %q %q %v", server, rest, ok)
+	}
+}

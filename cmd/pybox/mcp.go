@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"pybox/host/client"
+	"pybox/host/mcp"
+)
+
+func init() {
+	register(&command{name: "mcp", summary: "offer the run_python tool to an AI agent (MCP over stdio)", run: mcpMain})
+}
+
+// dialTimeout bounds connecting to the supervisor and its hello.
+const dialTimeout = 10 * time.Second
+
+func mcpMain(args []string) int {
+	if len(args) > 0 && args[0] == "config" {
+		return mcpConfig(args[1:])
+	}
+	fs := flags("mcp", "[--images LIST] [--max-timeout S]  |  pybox mcp config --help", `
+Serve the run_python tool over the Model Context Protocol on stdin and
+stdout, for an AI agent's MCP client to start. Every call runs in a fresh
+sealed box in the VM, which must be running (pybox vm start): this server
+never starts it and never runs code outside it. The options are the
+ceilings an agent may ask for; the tool's schema shows them. stdout carries
+protocol messages only; the server logs to stderr.
+
+`+"`pybox mcp config`"+` prints a ready-to-paste configuration for a client.`)
+	opts, code, ok := mcpOptions(fs, args)
+	if !ok {
+		return code
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "pybox mcp: "+format+"\n", a...) }
+	srv, err := mcp.NewServer(opts, dialVM(h), logf)
+	if err != nil {
+		return fail("%v", err)
+	}
+	// SIGTERM and SIGINT stop the running program and wait for its receipt;
+	// a second signal kills at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	in, out := stdio()
+	logf("serving run_python (images %s, timeout at most %v s)", strings.Join(opts.Images, ","), opts.MaxTimeout)
+	if err := srv.Serve(ctx, &mcp.Transport{In: in, Out: out, Log: logf}); err != nil {
+		logf("the session ended: %v", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// mcpOptions adds the server options (shared by `mcp` and `mcp config`)
+// to fs, parses args and checks them: a server with a bad option never
+// starts.
+func mcpOptions(fs *flag.FlagSet, args []string) (mcp.Options, int, bool) {
+	images := fs.String("images", mcp.DefaultImage, "images an agent may use, comma-separated: stdlib, data, or ones you built")
+	maxTimeout := fs.String("max-timeout", "2", "the longest run an agent may ask for, in seconds: more than 0, at most 30")
+	pos, code, err := parse(fs, args)
+	if err != nil {
+		return mcp.Options{}, code, false
+	}
+	if len(pos) > 0 {
+		return mcp.Options{}, usageError(fs, "unexpected argument %q", pos[0]), false
+	}
+	var o mcp.Options
+	if o.Images, err = mcp.ParseImages(*images); err == nil {
+		o.MaxTimeout, err = mcp.ParseMaxTimeout(*maxTimeout)
+	}
+	if err == nil {
+		err = o.Check()
+	}
+	if err != nil {
+		return mcp.Options{}, usageError(fs, "%v", err), false
+	}
+	return o, exitOK, true
+}
+
+// dialVM reaches the VM through its supervisor, never starting it.
+func dialVM(home string) mcp.Dialer {
+	return func(ctx context.Context) (mcp.Runner, error) {
+		ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		defer cancel()
+		c, err := client.DialContext(ctx, home)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
+// stdio returns stdin and stdout. When they are pipes or sockets (as an
+// MCP client starts the server) they are made non-blocking, so that the
+// runtime's poller manages them and closing one interrupts a read or
+// write blocked on it: that is how a client that stops reading is cut
+// off after the stall timeout. A terminal is left as it is, since the
+// flag would outlive the process in the shell's own terminal.
+func stdio() (io.ReadCloser, io.WriteCloser) {
+	return pollable(os.Stdin, syscall.Stdin, "stdin"), pollable(os.Stdout, syscall.Stdout, "stdout")
+}
+
+func pollable(f *os.File, fd int, name string) *os.File {
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
+		return f
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return f
+	}
+	return os.NewFile(uintptr(fd), name)
+}
+
+func mcpConfig(args []string) int {
+	fs := flags("mcp config", "[--client NAME] [--images LIST] [--max-timeout S]", `
+Print a ready-to-paste configuration that starts `+"`pybox mcp`"+` with the
+options given, naming this pybox by its absolute path (desktop apps do not
+see the shell's PATH). Where to paste it is said on stderr.
+Clients: `+strings.Join(mcp.ClientNames(), ", ")+`.`)
+	clientName := fs.String("client", "generic", "the client to configure: "+strings.Join(mcp.ClientNames(), ", "))
+	opts, code, ok := mcpOptions(fs, args)
+	if !ok {
+		return code
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return fail("cannot tell where this pybox is (%v): use the full path from `which pybox`", err)
+	}
+	snippet, hint, err := mcp.Config(*clientName, exe, opts)
+	if err != nil {
+		return usageError(fs, "%v", err)
+	}
+	fmt.Fprintln(os.Stderr, hint)
+	fmt.Print(snippet)
+	return exitOK
+}

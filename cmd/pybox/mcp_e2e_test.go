@@ -1,0 +1,879 @@
+package main
+
+// End-to-end tests of `pybox mcp`: the real binary spoken to over stdio by
+// two MCP clients nobody here wrote (the Go SDK's, through its
+// CommandTransport, and the official TypeScript SDK under node), and by a
+// raw client for what an SDK will not send (a 600 KiB message, a client
+// that stops reading). The tests that need no VM run everywhere; the rest
+// share one VM (see startMCPVM).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"pybox/host/client"
+	"pybox/shared/wire"
+)
+
+// mcpVMStartArgs are the `pybox vm start` flags of the VM the MCP tests
+// share: it needs the stdlib and data images.
+var mcpVMStartArgs = []string{"--images", "stdlib,data"}
+
+// startMCPVM returns the VM the MCP tests use. With PYBOX_HOME set to a
+// home whose VM is running, it uses that VM (and leaves it running):
+// handy while working on `pybox mcp`. Otherwise it starts one in a fresh
+// home, which needs what newVMEnv needs (kernel, initramfs, QEMU) and the
+// images stdlib and data where `pybox vm start --images` finds them.
+func startMCPVM(t testing.TB) *vmEnv {
+	if home := os.Getenv("PYBOX_HOME"); home != "" {
+		if c, err := client.Dial(home); err == nil {
+			c.Close()
+			t.Logf("using the VM running under PYBOX_HOME=%s", home)
+			return &vmEnv{t: t, bin: pyboxBin(t), home: home, env: os.Environ()}
+		}
+	}
+	e := newVMEnv(t)
+	linkImages(t, e, "stdlib", "data")
+	e.mustStart(mcpVMStartArgs...)
+	return e
+}
+
+// needImage stops a test that needs an image the VM does not have: a
+// skip with the fix, or a failure in CI.
+func needImage(t *testing.T, e *vmEnv, name string) {
+	t.Helper()
+	c, err := client.Dial(e.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, im := range c.Hello().Images {
+		if im.Name == name {
+			return
+		}
+	}
+	msg := fmt.Sprintf("the VM has no %s image: build it (make images) and start the VM with it", name)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// noVMEnv is a PYBOX_HOME with no VM in it.
+func noVMEnv(t *testing.T) *vmEnv {
+	home := t.TempDir()
+	e := &vmEnv{t: t, bin: pyboxBin(t), home: home}
+	e.env = append(os.Environ(), "PYBOX_HOME="+home)
+	return e
+}
+
+// syncBuffer is a bytes.Buffer for a child's stderr, read while written.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor waits until the buffer holds every word.
+func (s *syncBuffer) waitFor(t *testing.T, d time.Duration, words ...string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		out := s.String()
+		ok := true
+		for _, w := range words {
+			ok = ok && strings.Contains(out, w)
+		}
+		if ok {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("stderr never said %q:\n%s", words, s)
+}
+
+// goClient starts `pybox mcp ARGS` with the Go SDK's CommandTransport.
+func (e *vmEnv) goClient(t *testing.T, args ...string) (*sdk.ClientSession, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(e.bin, append([]string{"mcp"}, args...)...)
+	cmd.Env = e.env
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	c := sdk.NewClient(&sdk.Implementation{Name: "pybox-e2e-go", Version: "0"}, nil)
+	cs, err := c.Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\nstderr:\n%s", err, stderr)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, stderr
+}
+
+// mcpResult is a tool result as a client reads it.
+type mcpResult struct {
+	IsError   bool
+	Text      string
+	Doc       mcpDoc
+	Execution mcpExecution
+}
+
+type mcpDoc struct {
+	SchemaVersion int `json:"schema_version"`
+	Error         *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	Execution json.RawMessage `json:"execution"`
+	Delivery  struct {
+		Trimmed       bool     `json:"trimmed"`
+		What          []string `json:"what"`
+		ReceiptBytes  int      `json:"receipt_bytes"`
+		ResponseBytes int      `json:"response_bytes"`
+	} `json:"delivery"`
+	Files *[]struct {
+		Name     string  `json:"name"`
+		Bytes    int64   `json:"bytes"`
+		SHA256   string  `json:"sha256"`
+		Encoding string  `json:"encoding"`
+		Content  *string `json:"content"`
+		Omitted  bool    `json:"omitted"`
+	} `json:"files"`
+}
+
+type mcpExecution struct {
+	RunID    string `json:"run_id"`
+	Status   string `json:"status"`
+	ExitCode *int   `json:"exit_code"`
+	Image    struct {
+		Name   string `json:"name"`
+		Digest string `json:"digest"`
+	} `json:"image"`
+	Memory struct {
+		Reading string `json:"reading"`
+	} `json:"memory"`
+	Capture struct {
+		Stdout string `json:"stdout"`
+		Stderr string `json:"stderr"`
+	} `json:"capture"`
+	Cleanup struct {
+		Status string `json:"status"`
+	} `json:"cleanup"`
+}
+
+// decodeResult reads a result from its text content, and checks that the
+// structured content says the same.
+func decodeResult(t *testing.T, text string, structured any, isError bool) *mcpResult {
+	t.Helper()
+	r := &mcpResult{IsError: isError, Text: text}
+	if err := json.Unmarshal([]byte(text), &r.Doc); err != nil {
+		t.Fatalf("the text content is not the result JSON: %v: %.300s", err, text)
+	}
+	var fromText any
+	json.Unmarshal([]byte(text), &fromText)
+	a, _ := json.Marshal(fromText)
+	b, _ := json.Marshal(structured)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("structuredContent and the text differ:\n%.300s\n%.300s", a, b)
+	}
+	if err := json.Unmarshal(r.Doc.Execution, &r.Execution); err != nil {
+		t.Fatal(err)
+	}
+	if r.Execution.Cleanup.Status == "" {
+		t.Fatalf("no cleanup status: %.300s", text)
+	}
+	return r
+}
+
+func goCall(t *testing.T, cs *sdk.ClientSession, args any) *mcpResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_python", Arguments: args})
+	if err != nil {
+		t.Fatalf("tools/call: %v", err)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("%d contents", len(res.Content))
+	}
+	return decodeResult(t, res.Content[0].(*sdk.TextContent).Text, res.StructuredContent, res.IsError)
+}
+
+// rawMCP is `pybox mcp` spoken to by hand, one JSON line at a time.
+type rawMCP struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan []byte
+	stderr *syncBuffer
+	done   chan error
+}
+
+// rawClient starts `pybox mcp ARGS`; unless read is false, what it
+// writes is read (and queued) as it comes.
+func (e *vmEnv) rawClient(t *testing.T, read bool, args ...string) *rawMCP {
+	t.Helper()
+	cmd := exec.Command(e.bin, append([]string{"mcp"}, args...)...)
+	cmd.Env = e.env
+	r := &rawMCP{t: t, cmd: cmd, stderr: &syncBuffer{}, lines: make(chan []byte, 4096), done: make(chan error, 1)}
+	cmd.Stderr = r.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.stdin = stdin
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if read {
+		go func() {
+			br := bufio.NewReaderSize(stdout, 1<<20)
+			for {
+				line, err := br.ReadBytes('\n')
+				if len(line) > 0 {
+					r.lines <- line
+				}
+				if err != nil {
+					close(r.lines)
+					return
+				}
+			}
+		}()
+	}
+	go func() { r.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-r.done
+		r.done <- nil
+	})
+	return r
+}
+
+func (r *rawMCP) send(line string) {
+	r.t.Helper()
+	if _, err := io.WriteString(r.stdin, line+"\n"); err != nil {
+		r.t.Fatalf("send: %v\nstderr:\n%s", err, r.stderr)
+	}
+}
+
+func (r *rawMCP) initialize() {
+	r.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+	r.reply("init", 30*time.Second)
+	r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+}
+
+type rawMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	line []byte
+}
+
+// next returns the next message, or nil once the server closed stdout.
+func (r *rawMCP) next(d time.Duration) *rawMessage {
+	r.t.Helper()
+	select {
+	case line, ok := <-r.lines:
+		if !ok {
+			return nil
+		}
+		var m rawMessage
+		if err := json.Unmarshal(line, &m); err != nil {
+			r.t.Fatalf("stdout carried a line that is not JSON-RPC: %v: %.200q", err, line)
+		}
+		m.line = line
+		return &m
+	case <-time.After(d):
+		r.t.Fatalf("nothing from the server in %v; stderr:\n%s", d, r.stderr)
+		return nil
+	}
+}
+
+// reply returns the response to id; any other response before it fails.
+func (r *rawMCP) reply(id string, d time.Duration) *rawMessage {
+	r.t.Helper()
+	for {
+		m := r.next(d)
+		if m == nil {
+			r.t.Fatalf("the server closed stdout before answering %s; stderr:\n%s", id, r.stderr)
+		}
+		if m.Method != "" {
+			continue
+		}
+		if got := strings.Trim(string(m.ID), `"`); got != id {
+			r.t.Fatalf("a response to %s while waiting for %s: %.300s", got, id, m.line)
+		}
+		return m
+	}
+}
+
+// exited waits for the server to exit and returns its exit code.
+func (r *rawMCP) exited(d time.Duration) int {
+	r.t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		return 0
+	case <-time.After(d):
+		r.t.Fatalf("the server did not exit within %v; stderr:\n%s", d, r.stderr)
+		return -1
+	}
+}
+
+func rawResult(t *testing.T, m *rawMessage) *mcpResult {
+	t.Helper()
+	if m.Error != nil {
+		t.Fatalf("a JSON-RPC error where a tool result was expected: %s", m.Error.Message)
+	}
+	var res struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+		IsError           bool            `json:"isError"`
+	}
+	if err := json.Unmarshal(m.Result, &res); err != nil || len(res.Content) != 1 {
+		t.Fatalf("%v: %.300s", err, m.line)
+	}
+	if res.Content[0].Text != string(res.StructuredContent) {
+		t.Fatal("the text content is not the structured JSON, byte for byte")
+	}
+	var structured any
+	json.Unmarshal(res.StructuredContent, &structured)
+	r := decodeResult(t, res.Content[0].Text, structured, res.IsError)
+	if len(m.line) > 256<<10 {
+		t.Fatalf("a response line of %d bytes", len(m.line))
+	}
+	if r.Doc.Delivery.ResponseBytes != len(m.Result) {
+		t.Errorf("delivery.response_bytes %d; the result is %d bytes", r.Doc.Delivery.ResponseBytes, len(m.Result))
+	}
+	return r
+}
+
+func callLine(id int, args string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"run_python","arguments":%s}}`, id, args)
+}
+
+func pyArgs(code string, extra string) string {
+	c, _ := json.Marshal(code)
+	return `{"code":` + string(c) + extra + `}`
+}
+
+// Without a VM: the tool is listed, every call says how to start the VM,
+// and the stdio limits hold. None of this needs the VM, so it runs
+// everywhere.
+func TestMCPNoVM(t *testing.T) {
+	e := noVMEnv(t)
+
+	t.Run("tools/list and a call", func(t *testing.T) {
+		cs, _ := e.goClient(t)
+		if cs.InitializeResult().ProtocolVersion != "2025-11-25" {
+			t.Errorf("negotiated %s", cs.InitializeResult().ProtocolVersion)
+		}
+		list, err := cs.ListTools(context.Background(), nil)
+		if err != nil || len(list.Tools) != 1 || list.Tools[0].Name != "run_python" {
+			t.Fatalf("tools/list: %v %+v", err, list)
+		}
+		r := goCall(t, cs, map[string]any{"code": "print(1)"})
+		if !r.IsError || r.Doc.Error == nil || r.Doc.Error.Code != "no_vm" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" ||
+			!strings.Contains(r.Doc.Error.Message, "pybox vm start") {
+			t.Fatalf("%s", r.Text)
+		}
+	})
+
+	t.Run("the schema follows the options", func(t *testing.T) {
+		cs, _ := e.goClient(t, "--images", "stdlib,data,tools", "--max-timeout", "30")
+		list, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(list.Tools[0].InputSchema)
+		for _, want := range []string{`"enum":["stdlib","data","tools"]`, `"maximum":30`, `"additionalProperties":false`, `"maxItems":16`, `"maxLength":65536`} {
+			if !bytes.Contains(b, []byte(want)) {
+				t.Errorf("the schema lacks %s: %s", want, b)
+			}
+		}
+	})
+
+	t.Run("a bad option stops the start", func(t *testing.T) {
+		_, errOut, code := e.pybox("mcp", "--max-timeout", "31")
+		if code != exitUsage || !strings.Contains(errOut, "at most 30") {
+			t.Errorf("exit %d: %s", code, errOut)
+		}
+	})
+
+	t.Run("refused arguments", func(t *testing.T) {
+		cs, _ := e.goClient(t)
+		file := func(name, content, enc string) string {
+			n, _ := json.Marshal(name)
+			return `{"code":"x","files":[{"name":` + string(n) + `,"content":"` + content + `","encoding":"` + enc + `"}]}`
+		}
+		many := func(n, size int) string {
+			var fs []string
+			for i := range n {
+				fs = append(fs, fmt.Sprintf(`{"name":"f%d","content":"%s"}`, i, strings.Repeat("x", size)))
+			}
+			return `{"code":"x","files":[` + strings.Join(fs, ",") + `]}`
+		}
+		for _, args := range []string{
+			`{"code":"x","shell":true}`, `{"Code":"x"}`, `{"code":"x","code":"y"}`,
+			`{"code":5}`, `{"code":"x","files":"a.csv"}`, `{"code":"x","timeout_s":"1"}`,
+			`{"code":"x","timeout_s":0}`, `{"code":"x","timeout_s":-1}`, `{"code":"x","timeout_s":3}`, `{"code":"x","timeout_s":1e999}`,
+			`{"code":"x","image":"data"}`, `{"code":"x","max_output_bytes":8193}`,
+			many(17, 1), many(16, 16*1024+1),
+			file("../../etc/passwd", "", "utf-8"), file("/etc/passwd", "", "utf-8"), file("a/b", "", "utf-8"),
+			file("..", "", "utf-8"), file("", "", "utf-8"), file("a\u0000b", "", "utf-8"), file("a\nb", "", "utf-8"),
+			`{"code":"x","files":[{"name":"a","content":""},{"name":"a","content":""}]}`,
+			`{"code":"x","files":[{"name":"A.csv","content":""},{"name":"a.CSV","content":""}]}`,
+			file("a", "AA*=", "base64"), file("a", "AAE", "base64"), file("a", "-_8=", "base64"), file("a", "AAAA\\nAAAA", "base64"),
+		} {
+			r := goCall(t, cs, json.RawMessage(args))
+			if !r.IsError || r.Doc.Error == nil || r.Doc.Error.Code != "invalid_arguments" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
+				t.Errorf("%.100s: %s", args, r.Text)
+			}
+		}
+	})
+
+	t.Run("a 600 KiB message", func(t *testing.T) {
+		r := e.rawClient(t, true)
+		r.initialize()
+		go io.WriteString(r.stdin, callLine(1, pyArgs(strings.Repeat("x", 600<<10), ""))+"\n")
+		m := r.next(10 * time.Second)
+		if m == nil || m.Error == nil || string(m.ID) != "null" || !strings.Contains(m.Error.Message, "512 KiB") {
+			t.Fatalf("%+v", m)
+		}
+		if m := r.next(10 * time.Second); m != nil {
+			t.Fatalf("more after the refusal: %.200s", m.line)
+		}
+		r.exited(10 * time.Second)
+	})
+
+	t.Run("a client that stops reading", func(t *testing.T) {
+		r := e.rawClient(t, false) // nothing reads stdout: the pipe fills
+		start := time.Now()
+		r.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+		r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		for i := 2; i < 100; i++ { // 98 tool lists: far more than a pipe holds
+			if _, err := io.WriteString(r.stdin, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`+"\n", i)); err != nil {
+				break
+			}
+		}
+		r.exited(20 * time.Second)
+		if took := time.Since(start); took < 5*time.Second || took > 15*time.Second {
+			t.Errorf("the session closed after %v; want about 5 s", took)
+		}
+		if !strings.Contains(r.stderr.String(), "has not read for 5s") {
+			t.Errorf("stderr:\n%s", r.stderr)
+		}
+	})
+
+	t.Run("the 33rd call", func(t *testing.T) {
+		cs, _ := e.goClient(t)
+		for range 32 {
+			goCall(t, cs, map[string]any{"code": "x"})
+		}
+		r := goCall(t, cs, map[string]any{"code": "x"})
+		if r.Doc.Error == nil || r.Doc.Error.Code != "session_limit" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
+			t.Fatalf("%s", r.Text)
+		}
+	})
+
+	t.Run("SIGTERM", func(t *testing.T) {
+		r := e.rawClient(t, true)
+		r.initialize()
+		r.cmd.Process.Signal(syscall.SIGTERM)
+		if code := r.exited(10 * time.Second); code != 0 {
+			t.Errorf("exit %d after SIGTERM; stderr:\n%s", code, r.stderr)
+		}
+	})
+
+	t.Run("config", func(t *testing.T) {
+		link := filepath.Join(t.TempDir(), "pybox-link")
+		if err := os.Symlink(e.bin, link); err != nil {
+			t.Fatal(err)
+		}
+		out, hint, code := runCmd(t, e.env, link, "mcp", "config", "--client", "claude-desktop", "--images", "stdlib,data", "--max-timeout", "30")
+		var cfg struct {
+			MCPServers map[string]struct {
+				Command string   `json:"command"`
+				Args    []string `json:"args"`
+			} `json:"mcpServers"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &cfg) != nil || !strings.Contains(hint, "claude_desktop_config.json") {
+			t.Fatalf("exit %d: %s\n%s", code, out, hint)
+		}
+		s := cfg.MCPServers["pybox"]
+		if s.Command != e.bin || strings.Join(s.Args, " ") != "mcp --images stdlib,data --max-timeout 30" {
+			t.Errorf("config %+v; want the resolved path %s", s, e.bin)
+		}
+		out, _, _ = runCmd(t, e.env, link, "mcp", "config", "--client", "claude-code")
+		if strings.TrimSpace(out) != "claude mcp add pybox -- "+e.bin+" mcp" {
+			t.Errorf("claude-code: %q", out)
+		}
+	})
+}
+
+func runCmd(t *testing.T, env []string, bin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return out.String(), errb.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), 0
+}
+
+// The whole path: a real VM, real images, real clients.
+func TestMCPWithVM(t *testing.T) {
+	e := startMCPVM(t)
+	opts := []string{"--images", "stdlib,data", "--max-timeout", "30"}
+
+	t.Run("go client: a run", func(t *testing.T) {
+		cs, stderr := e.goClient(t, opts...)
+		r := goCall(t, cs, map[string]any{"code": "print('hello')"})
+		if r.IsError || r.Execution.Status != "ok" || r.Execution.Cleanup.Status != "REMOVED" || r.Execution.Capture.Stdout != "hello\n" ||
+			r.Execution.Image.Name != "stdlib" || r.Execution.Image.Digest == "" || r.Execution.Memory.Reading != "final" {
+			t.Fatalf("%s\nstderr:\n%s", r.Text, stderr)
+		}
+		r = goCall(t, cs, map[string]any{"code": "import sys; sys.exit(3)"})
+		if !r.IsError || r.Execution.Status != "error" || r.Execution.ExitCode == nil || *r.Execution.ExitCode != 3 {
+			t.Fatalf("%s", r.Text)
+		}
+	})
+
+	t.Run("go client: a CSV in, a PNG out (data image)", func(t *testing.T) {
+		needImage(t, e, "data")
+		cs, stderr := e.goClient(t, opts...)
+		// Under TCG a cold first import of pandas and pyplot can take most of
+		// the 30 s ceiling: read the image once first (its result does not
+		// matter, its cleanup does).
+		warm := goCall(t, cs, map[string]any{"code": "import pandas, matplotlib.pyplot", "image": "data", "timeout_s": 30})
+		if warm.Execution.Cleanup.Status != "REMOVED" {
+			t.Fatalf("warm-up: %s", warm.Text)
+		}
+		code := `
+import pandas as pd, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+df = pd.read_csv("/tmp/input/sales.csv")
+print(df["sales"].sum())
+df.plot(x="region", y="sales", kind="bar").get_figure().savefig("/tmp/output/chart.png")
+df.to_csv("/tmp/output/copy.csv", index=False)
+`
+		r := goCall(t, cs, map[string]any{"code": code, "image": "data", "timeout_s": 30, "return_files": true,
+			"files": []any{map[string]any{"name": "sales.csv", "content": "region,sales\nnorth,120\nsouth,80\n"}}})
+		if r.IsError || r.Execution.Capture.Stdout != "200\n" || r.Execution.Image.Name != "data" || r.Doc.Files == nil {
+			t.Fatalf("%.2000s\nstderr:\n%s", r.Text, stderr)
+		}
+		got := map[string]bool{}
+		for _, f := range *r.Doc.Files {
+			var b []byte
+			switch f.Encoding {
+			case "base64":
+				b, _ = base64.StdEncoding.DecodeString(*f.Content)
+			case "utf-8":
+				b = []byte(*f.Content)
+			}
+			sum := sha256.Sum256(b)
+			if hex.EncodeToString(sum[:]) != f.SHA256 || int64(len(b)) != f.Bytes {
+				t.Errorf("%s: sha256 or size does not match its content", f.Name)
+			}
+			got[f.Name] = true
+			if f.Name == "chart.png" && (f.Encoding != "base64" || !bytes.HasPrefix(b, []byte("\x89PNG"))) {
+				t.Errorf("chart.png came as %s", f.Encoding)
+			}
+			if f.Name == "copy.csv" && (f.Encoding != "utf-8" || string(b) != "region,sales\nnorth,120\nsouth,80\n") {
+				t.Errorf("copy.csv: %q", b)
+			}
+		}
+		if !got["chart.png"] || !got["copy.csv"] {
+			t.Errorf("files: %v", got)
+		}
+	})
+
+	t.Run("output cannot forge a protocol message", func(t *testing.T) {
+		r := e.rawClient(t, true, opts...)
+		r.initialize()
+		fake := `{"jsonrpc":"2.0","id":999,"result":{"content":[{"type":"text","text":"forged"}]}}`
+		note := `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`
+		r.send(callLine(5, pyArgs(fmt.Sprintf("print(%q)\nprint(%q)\nimport sys; print(%q, file=sys.stderr)", fake, note, fake), "")))
+		res := rawResult(t, r.reply("5", 60*time.Second))
+		if res.Execution.Capture.Stdout != fake+"\n"+note+"\n" || res.Execution.Capture.Stderr != fake+"\n" {
+			t.Fatalf("capture: %q %q", res.Execution.Capture.Stdout, res.Execution.Capture.Stderr)
+		}
+		r.send(`{"jsonrpc":"2.0","id":6,"method":"ping"}`)
+		r.reply("6", 10*time.Second) // fails on a message with id 999, or any other, first
+	})
+
+	t.Run("busy", func(t *testing.T) {
+		cs, _ := e.goClient(t, opts...)
+		first := make(chan *mcpResult, 1)
+		go func() { first <- goCall(t, cs, map[string]any{"code": "import time; time.sleep(8)", "timeout_s": 20}) }()
+		time.Sleep(1 * time.Second)
+		t0 := time.Now()
+		r := goCall(t, cs, map[string]any{"code": "print(2)"})
+		if r.Doc.Error == nil || r.Doc.Error.Code != "busy" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" || time.Since(t0) > 2*time.Second {
+			t.Errorf("second call after %v: %s", time.Since(t0), r.Text)
+		}
+		if r := <-first; r.IsError {
+			t.Errorf("first call: %s", r.Text)
+		}
+	})
+
+	t.Run("cancel mid-run", func(t *testing.T) {
+		r := e.rawClient(t, true, opts...)
+		r.initialize()
+		t0 := time.Now()
+		r.send(callLine(5, pyArgs("import time; time.sleep(25)", `,"timeout_s":30`)))
+		time.Sleep(3 * time.Second)
+		r.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"test"}}`)
+		r.stderr.waitFor(t, 20*time.Second, "cancelled: the client cancelled the call", "cleanup REMOVED")
+		r.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+		r.send(`{"jsonrpc":"2.0","id":6,"method":"ping"}`)
+		r.reply("6", 10*time.Second) // no response to 5 came first
+		if d := time.Since(t0); d > 20*time.Second {
+			t.Errorf("the cancelled run took %v", d)
+		}
+		r.send(callLine(7, pyArgs("print(7)", "")))
+		if res := rawResult(t, r.reply("7", 60*time.Second)); res.IsError {
+			t.Errorf("after a cancel: %s", res.Text)
+		}
+	})
+
+	t.Run("stdin closed mid-run", func(t *testing.T) {
+		r := e.rawClient(t, true, opts...)
+		r.initialize()
+		r.send(callLine(5, pyArgs("import time; time.sleep(25)", `,"timeout_s":30`)))
+		time.Sleep(3 * time.Second)
+		r.stdin.Close()
+		r.exited(25 * time.Second)
+		r.stderr.waitFor(t, time.Second, "closed the connection", "cleanup REMOVED")
+	})
+
+	t.Run("SIGTERM mid-run", func(t *testing.T) {
+		r := e.rawClient(t, true, opts...)
+		r.initialize()
+		r.send(callLine(5, pyArgs("import time; time.sleep(25)", `,"timeout_s":30`)))
+		time.Sleep(3 * time.Second)
+		r.cmd.Process.Signal(syscall.SIGTERM)
+		r.exited(25 * time.Second)
+		r.stderr.waitFor(t, time.Second, "server is stopping", "cleanup REMOVED")
+	})
+
+	t.Run("a result that must be trimmed says so", func(t *testing.T) {
+		r := e.rawClient(t, true, opts...)
+		r.initialize()
+		code := `
+import sys
+sys.stdout.write("\x01" * 8192); sys.stderr.write("<" * 8192)
+for i in range(6):
+    open(f"/tmp/output/f{i}", "w").write("\x01" * 8192)
+`
+		r.send(callLine(5, pyArgs(code, `,"max_output_bytes":8192,"return_files":true`)))
+		res := rawResult(t, r.reply("5", 60*time.Second))
+		if res.IsError || !res.Doc.Delivery.Trimmed || len(res.Doc.Delivery.What) == 0 || res.Execution.Cleanup.Status != "REMOVED" {
+			t.Fatalf("%+v\n%.500s", res.Doc.Delivery, res.Text)
+		}
+		t.Logf("delivery: %+v", res.Doc.Delivery)
+	})
+
+	t.Run("a client that stops reading a large result", func(t *testing.T) {
+		r := e.rawClient(t, false, opts...)
+		r.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+		r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		r.send(callLine(2, pyArgs(`import sys; sys.stdout.write("\x01" * 8192)`, `,"max_output_bytes":8192`)))
+		r.exited(60 * time.Second)
+		r.stderr.waitFor(t, time.Second, "has not read for 5s", "cleanup REMOVED")
+	})
+
+	t.Run("typescript client", func(t *testing.T) {
+		out := tsClient(t, e, opts, []map[string]any{
+			{"op": "list"},
+			{"op": "call", "args": map[string]any{"code": "import os\nprint(open('/tmp/input/in.txt').read())\nopen('/tmp/output/out.bin','wb').write(bytes([0, 255, 1, 254]))",
+				"files": []any{map[string]any{"name": "in.txt", "content": "aGVsbG8=", "encoding": "base64"}}, "return_files": true}},
+			{"op": "call", "args": map[string]any{"code": "print(1)", "shell": true}},
+		})
+		if out.ProtocolVersion != "2025-11-25" {
+			t.Errorf("negotiated %q", out.ProtocolVersion)
+		}
+		var list struct {
+			Tools []struct {
+				Name        string         `json:"name"`
+				InputSchema map[string]any `json:"inputSchema"`
+			} `json:"tools"`
+		}
+		json.Unmarshal(out.Results[0], &list)
+		if len(list.Tools) != 1 || list.Tools[0].Name != "run_python" {
+			t.Fatalf("tools/list: %s", out.Results[0])
+		}
+		run := tsResult(t, out.Results[1])
+		if run.IsError || run.Execution.Capture.Stdout != "hello\n" || run.Doc.Files == nil || len(*run.Doc.Files) != 1 {
+			t.Fatalf("run: %s", run.Text)
+		}
+		if f := (*run.Doc.Files)[0]; f.Name != "out.bin" || f.Encoding != "base64" || *f.Content != base64.StdEncoding.EncodeToString([]byte{0, 255, 1, 254}) {
+			t.Errorf("out.bin: %+v", f)
+		}
+		refused := tsResult(t, out.Results[2])
+		if !refused.IsError || refused.Doc.Error.Code != "invalid_arguments" || refused.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
+			t.Errorf("refused: %s", refused.Text)
+		}
+	})
+}
+
+type tsOutput struct {
+	ProtocolVersion string            `json:"protocolVersion"`
+	Results         []json.RawMessage `json:"results"`
+}
+
+// tsClient runs the TypeScript SDK's client (host/mcp/testdata/tsclient)
+// against `pybox mcp OPTS` with the given steps.
+func tsClient(t *testing.T, e *vmEnv, opts []string, steps []map[string]any) *tsOutput {
+	t.Helper()
+	dir, _ := filepath.Abs(filepath.Join("..", "..", "host", "mcp", "testdata", "tsclient"))
+	node, err := exec.LookPath("node")
+	if _, serr := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil || serr != nil {
+		msg := "no node or no TypeScript SDK: run `make deps` (it runs npm ci in host/mcp/testdata/tsclient)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	b, _ := json.Marshal(steps)
+	cmd := exec.Command(node, append([]string{filepath.Join(dir, "client.mjs"), string(b), "--", e.bin, "mcp"}, opts...)...)
+	cmd.Env = e.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node client: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var out tsOutput
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || len(out.Results) != len(steps) {
+		t.Fatalf("node client printed %q (%v)\nstderr:\n%s", stdout.String(), err, stderr.String())
+	}
+	return &out
+}
+
+func tsResult(t *testing.T, raw json.RawMessage) *mcpResult {
+	t.Helper()
+	var res struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		StructuredContent any    `json:"structuredContent"`
+		IsError           bool   `json:"isError"`
+		Thrown            string `json:"thrown"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil || res.Thrown != "" || len(res.Content) != 1 {
+		t.Fatalf("%v %s", err, raw)
+	}
+	return decodeResult(t, res.Content[0].Text, res.StructuredContent, res.IsError)
+}
+
+// The cost of the MCP layer: a trivial run through `pybox mcp` (the Go
+// SDK's client over stdio), against the same run through `pybox run` and
+// through host/client directly. Each reports its median in ms; run with
+// -benchtime=20x.
+func BenchmarkMCPCall(b *testing.B) {
+	e := startMCPVM(b)
+	var cs *sdk.ClientSession
+	connect := func() {
+		cmd := exec.Command(e.bin, "mcp")
+		cmd.Env = e.env
+		c := sdk.NewClient(&sdk.Implementation{Name: "pybox-bench", Version: "0"}, nil)
+		var err error
+		if cs, err = c.Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchMedian(b, func(i int) {
+		if i%30 == 0 { // a session allows 32 calls
+			if cs != nil {
+				cs.Close()
+			}
+			connect()
+		}
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "print(1)"}})
+		if err != nil || res.IsError {
+			b.Fatalf("%v %+v", err, res)
+		}
+	})
+	cs.Close()
+}
+
+func BenchmarkRunCommand(b *testing.B) {
+	e := startMCPVM(b)
+	script := filepath.Join(b.TempDir(), "s.py")
+	os.WriteFile(script, []byte("print(1)\n"), 0o600)
+	benchMedian(b, func(int) {
+		if _, errOut, code := e.pybox("run", script); code != 0 {
+			b.Fatalf("pybox run: exit %d: %s", code, errOut)
+		}
+	})
+}
+
+func BenchmarkRunClient(b *testing.B) {
+	e := startMCPVM(b)
+	benchMedian(b, func(int) {
+		c, err := client.Dial(e.home)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		r := &wire.Run{RunID: newRunID(), Code: "print(1)", Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
+		if res, err := c.Run(context.Background(), r); err != nil || res.Receipt.Status != wire.StatusOK {
+			b.Fatalf("%v %+v", err, res)
+		}
+	})
+}
+
+// benchMedian times each of b.N calls of f and reports the median.
+func benchMedian(b *testing.B, f func(i int)) {
+	ms := make([]float64, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		f(i)
+		ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
+	}
+	b.ReportMetric(median(ms), "median-ms")
+}

@@ -1,0 +1,179 @@
+package mcp
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"pybox/shared/wire"
+)
+
+// ResultSchemaVersion versions the document in a tool result's
+// structuredContent (and text). The receipt inside has its own version.
+const ResultSchemaVersion = 1
+
+// The page's limits on what goes out, on the encoded bytes.
+const (
+	MaxReceiptBytes  = 64 << 10  // execution, JSON-encoded
+	MaxResponseBytes = 256 << 10 // one JSON-RPC response line
+	// maxIDBytes bounds a request id as encoded; the transport refuses
+	// longer ones so that the envelope around a result stays small.
+	maxIDBytes = 200
+	// envelopeBytes is room for {"jsonrpc":"2.0","id":ID,"result":...}
+	// and the newline around a result.
+	envelopeBytes = 64 + maxIDBytes
+	// maxResultBytes is what the result member itself may take.
+	maxResultBytes = MaxResponseBytes - envelopeBytes
+)
+
+// Error codes of a call that did not produce a receipt (besides the
+// wire's: busy, no_vm, no_image, unhealthy, ...).
+const (
+	codeInvalidArguments = "invalid_arguments"
+	codeSessionLimit     = "session_limit"
+	codeCancelled        = "cancelled"
+	codeVMLost           = "vm_lost"
+	codeUndeliverable    = "undeliverable"
+)
+
+// document is a tool result's structuredContent, and its text.
+type document struct {
+	SchemaVersion int `json:"schema_version"`
+	// Error says why a call has no receipt, or why it could not be
+	// delivered whole. Execution then still carries the cleanup status.
+	Error     *callError `json:"error,omitempty"`
+	Execution any        `json:"execution"` // *wire.Receipt, or *essentials
+	Delivery  delivery   `json:"delivery"`
+	Files     *[]fileOut `json:"files,omitempty"`
+}
+
+type callError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// essentials is what a result always says about a run, even when the
+// receipt is missing or could not be delivered: its id and status when
+// known, and above all its cleanup status.
+type essentials struct {
+	RunID    string       `json:"run_id,omitempty"`
+	Status   string       `json:"status,omitempty"`
+	Reason   string       `json:"reason,omitempty"`
+	ExitCode *int         `json:"exit_code,omitempty"`
+	Cleanup  wire.Cleanup `json:"cleanup"`
+}
+
+// delivery says whether the host trimmed anything to fit the limits.
+type delivery struct {
+	Trimmed bool     `json:"trimmed"`
+	What    []string `json:"what"`
+	// ReceiptBytes is the size of execution, JSON-encoded.
+	ReceiptBytes int `json:"receipt_bytes"`
+	// ResponseBytes is the size of the encoded tool result (the JSON-RPC
+	// result member); the envelope around it adds the request id and
+	// about 40 bytes.
+	ResponseBytes int `json:"response_bytes"`
+}
+
+// fileOut is a returned file: content as text when it is valid UTF-8,
+// base64 otherwise, or omitted with the reason.
+type fileOut struct {
+	Name     string  `json:"name"`
+	Bytes    int64   `json:"bytes"`
+	SHA256   string  `json:"sha256"`
+	Encoding string  `json:"encoding,omitempty"`
+	Content  *string `json:"content,omitempty"`
+	Omitted  bool    `json:"omitted,omitempty"`
+	Reason   string  `json:"reason,omitempty"`
+}
+
+// outcome is what a call came to, before it is shaped into a result.
+// Exactly one of Result and Err is set.
+type outcome struct {
+	RunID       string       // the host's id for the run, "" when none was made
+	Result      *wire.Result // the guest's answer
+	ReturnFiles bool
+	Err         *callError
+	Cleanup     wire.Cleanup // when Err is set: what is known of the box
+}
+
+// refused is the outcome of a call that never reached the VM.
+func refused(code, msg string) outcome {
+	return outcome{
+		Err:     &callError{Code: code, Message: msg},
+		Cleanup: wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"},
+	}
+}
+
+// isError is true when the program failed, timed out, was cancelled, or
+// cleanup was not confirmed.
+func (d *document) isError() bool {
+	if d.Error != nil {
+		return true
+	}
+	r, ok := d.Execution.(*wire.Receipt)
+	return !ok || r.Status != wire.StatusOK || r.Cleanup.Status != wire.CleanupRemoved
+}
+
+// encode renders the document as a tool result: structuredContent and the
+// same JSON as text. It returns the encoded sizes of the execution and of
+// the whole result, measured the way the SDK will encode them (json.Marshal
+// escapes <, > and & as \u003c..., so the raw length would be wrong).
+func (d *document) encode() (res *mcp.CallToolResult, receiptBytes, resultBytes int) {
+	exec, err := json.Marshal(d.Execution)
+	if err != nil {
+		panic("mcp: a receipt that cannot be encoded: " + err.Error()) // only strings, numbers and bools
+	}
+	doc, err := json.Marshal(d)
+	if err != nil {
+		panic("mcp: a result that cannot be encoded: " + err.Error())
+	}
+	res = &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(doc)}},
+		StructuredContent: json.RawMessage(doc),
+		IsError:           d.isError(),
+	}
+	all, err := json.Marshal(res)
+	if err != nil {
+		panic("mcp: a result that cannot be encoded: " + err.Error())
+	}
+	return res, len(exec), len(all)
+}
+
+// filesOut lists the returned files, content and all, with the host's own
+// cap on content (the guest applies it too, but is not trusted), then the
+// files the guest left out for being over the cap.
+func filesOut(r *wire.Result) []fileOut {
+	out := []fileOut{}
+	total := 0
+	for _, f := range r.Files[:min(len(r.Files), maxReturned)] {
+		sum := sha256.Sum256(f.Content)
+		fo := fileOut{Name: wire.EscapeName(f.Name), Bytes: int64(len(f.Content)), SHA256: hex.EncodeToString(sum[:])}
+		if total+len(f.Content) > wire.MaxReturnedFileBytes {
+			fo.Omitted, fo.Reason = true, wire.NotReturnedOverCap
+		} else {
+			total += len(f.Content)
+			fo.Encoding, fo.Content = contentOf(f.Content)
+		}
+		out = append(out, fo)
+	}
+	for _, n := range r.Receipt.Output.NotReturned {
+		if n.Reason == wire.NotReturnedOverCap {
+			out = append(out, fileOut{Name: n.Name, Bytes: n.Bytes, SHA256: n.SHA256, Omitted: true, Reason: n.Reason})
+		}
+	}
+	return out
+}
+
+func contentOf(b []byte) (encoding string, content *string) {
+	s := string(b)
+	if utf8.Valid(b) {
+		return encodingUTF8, &s
+	}
+	s = base64.StdEncoding.EncodeToString(b)
+	return encodingBase64, &s
+}

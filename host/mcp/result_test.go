@@ -1,0 +1,328 @@
+package mcp
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"pybox/shared/wire"
+)
+
+// receipt is a plausible receipt from the guest.
+func receipt(runID, status, cleanup string) wire.Receipt {
+	code := 0
+	if status != wire.StatusOK {
+		code = 1
+	}
+	return wire.Receipt{
+		SchemaVersion: wire.ReceiptSchemaVersion, RunID: runID, Status: status, Reason: "the program exited " + status,
+		ExitCode: &code, Image: wire.ImageInfo{Name: "stdlib", Digest: strings.Repeat("ab", 32)},
+		Agent:   wire.AgentInfo{Version: "test", Commit: "0123456789ab", Kernel: "6.1.0"},
+		Limits:  wire.AppliedLimit{TimeoutSeconds: 2, MaxOutputBytes: 4096, MemoryBytes: 512 << 20, PidsMax: 128},
+		Memory:  wire.Memory{PeakBytes: 10 << 20, Reading: "final", LimitBytes: 512 << 20},
+		Capture: wire.Capture{StdoutText: "hello\n", Stdout: wire.Stream{Bytes: 6, KeptBytes: 6}},
+		Cleanup: wire.Cleanup{Status: cleanup},
+	}
+}
+
+// decoded is a tool result as a client reads it.
+type decoded struct {
+	doc struct {
+		SchemaVersion int             `json:"schema_version"`
+		Error         *callError      `json:"error"`
+		Execution     json.RawMessage `json:"execution"`
+		Delivery      delivery        `json:"delivery"`
+		Files         *[]fileOut      `json:"files"`
+	}
+	exec struct {
+		RunID   string       `json:"run_id"`
+		Status  string       `json:"status"`
+		Cleanup wire.Cleanup `json:"cleanup"`
+		Capture wire.Capture `json:"capture"`
+	}
+	isError bool
+	line    int // the whole JSON-RPC response line, with the longest id allowed
+}
+
+// checkResult checks what every result must keep to, and decodes it.
+func checkResult(t testing.TB, res *mcp.CallToolResult) *decoded {
+	t.Helper()
+	raw, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := jsonrpc.MakeID(strings.Repeat("i", maxIDBytes-2))
+	line, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Result: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return checkEncoded(t, raw, len(line)+1)
+}
+
+// checkEncoded checks a tool result as encoded on the wire: result is the
+// JSON-RPC result member, line the size of the whole response line.
+func checkEncoded(t testing.TB, result []byte, line int) *decoded {
+	t.Helper()
+	var res struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+		IsError           bool            `json:"isError"`
+	}
+	if err := json.Unmarshal(result, &res); err != nil {
+		t.Fatal(err)
+	}
+	d := &decoded{isError: res.IsError, line: line}
+	if d.line > MaxResponseBytes {
+		t.Fatalf("response of %d bytes: over %d", d.line, MaxResponseBytes)
+	}
+	if len(res.Content) != 1 || res.Content[0].Type != "text" {
+		t.Fatalf("content: %+v", res.Content)
+	}
+	if res.Content[0].Text != string(res.StructuredContent) {
+		t.Fatal("the text content is not the structured JSON")
+	}
+	if err := json.Unmarshal(res.StructuredContent, &d.doc); err != nil {
+		t.Fatal(err)
+	}
+	if d.doc.SchemaVersion != ResultSchemaVersion {
+		t.Fatalf("schema_version %d", d.doc.SchemaVersion)
+	}
+	if n := len(d.doc.Execution); n > MaxReceiptBytes {
+		t.Fatalf("execution of %d bytes: over %d", n, MaxReceiptBytes)
+	}
+	if d.doc.Delivery.ReceiptBytes != len(d.doc.Execution) {
+		t.Fatalf("delivery.receipt_bytes %d, execution is %d bytes", d.doc.Delivery.ReceiptBytes, len(d.doc.Execution))
+	}
+	if line > 0 && d.doc.Delivery.ResponseBytes != len(result) {
+		t.Fatalf("delivery.response_bytes %d, the result is %d bytes", d.doc.Delivery.ResponseBytes, len(result))
+	}
+	if err := json.Unmarshal(d.doc.Execution, &d.exec); err != nil {
+		t.Fatal(err)
+	}
+	if d.exec.Cleanup.Status == "" {
+		t.Fatal("no cleanup status")
+	}
+	if d.doc.Delivery.Trimmed != (len(d.doc.Delivery.What) > 0) {
+		t.Fatalf("trimmed %v with %q", d.doc.Delivery.Trimmed, d.doc.Delivery.What)
+	}
+	return d
+}
+
+func TestShapeOK(t *testing.T) {
+	rec := receipt("r1", wire.StatusOK, wire.CleanupRemoved)
+	d := checkResult(t, shape(outcome{RunID: "r1", Result: &wire.Result{Receipt: rec}}))
+	if d.isError || d.doc.Error != nil || d.doc.Delivery.Trimmed || d.doc.Files != nil {
+		t.Fatalf("isError %v, error %v, delivery %+v, files %v", d.isError, d.doc.Error, d.doc.Delivery, d.doc.Files)
+	}
+	if d.exec.RunID != "r1" || d.exec.Status != wire.StatusOK || d.exec.Capture.StdoutText != "hello\n" {
+		t.Fatalf("execution %s", d.doc.Execution)
+	}
+	var back wire.Receipt
+	if err := json.Unmarshal(d.doc.Execution, &back); err != nil || back.Memory.Reading != "final" || back.Image.Digest != rec.Image.Digest {
+		t.Fatalf("execution is not the receipt: %v %s", err, d.doc.Execution)
+	}
+}
+
+func TestShapeIsError(t *testing.T) {
+	for _, tc := range []struct {
+		status, cleanup string
+		want            bool
+	}{
+		{wire.StatusOK, wire.CleanupRemoved, false},
+		{wire.StatusError, wire.CleanupRemoved, true},
+		{wire.StatusTimeout, wire.CleanupRemoved, true},
+		{wire.StatusOOM, wire.CleanupRemoved, true},
+		{wire.StatusCancelled, wire.CleanupRemoved, true},
+		{wire.StatusRefused, wire.CleanupRemoved, true},
+		{wire.StatusOK, wire.CleanupFailed, true},
+		{wire.StatusOK, wire.CleanupUnknown, true},
+		{wire.StatusOK, "removed", true},
+		{"OK", wire.CleanupRemoved, true},
+	} {
+		rec := receipt("r", tc.status, tc.cleanup)
+		d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}}))
+		if d.isError != tc.want {
+			t.Errorf("status %s, cleanup %s: isError %v", tc.status, tc.cleanup, d.isError)
+		}
+	}
+}
+
+func TestShapeRefused(t *testing.T) {
+	d := checkResult(t, shape(refused(codeInvalidArguments, "arguments refused: timeout_s is 0")))
+	if !d.isError || d.doc.Error == nil || d.doc.Error.Code != codeInvalidArguments || d.exec.Cleanup.Status != wire.CleanupNotAttempted {
+		t.Fatalf("%+v %s", d.doc.Error, d.doc.Execution)
+	}
+}
+
+func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+func TestShapeFiles(t *testing.T) {
+	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
+	png := []byte("\x89PNG\r\n\x1a\n\x00\x00")
+	big := bytes.Repeat([]byte("y"), 40<<10)
+	rec.Output.NotReturned = []wire.NotReturned{
+		{Name: "huge.bin", Reason: wire.NotReturnedOverCap, Bytes: 100 << 20, SHA256: strings.Repeat("c", 64)},
+		{Name: "link", Reason: wire.NotReturnedSymlink},
+	}
+	files := []wire.OutputFile{
+		{Name: "out.csv", Content: []byte("a,b\n1,2\n")},
+		{Name: "chart.png", Content: png},
+		{Name: "empty", Content: nil},
+		{Name: "big.txt", Content: big},
+		{Name: "more.txt", Content: bytes.Repeat([]byte("z"), 9<<10)}, // past 48 KiB with big.txt
+		{Name: "bad\nname", Content: []byte("x")},
+	}
+	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	got := *d.doc.Files
+	if len(got) != 7 {
+		t.Fatalf("%d files listed", len(got))
+	}
+	text := func(i int, enc, content string) {
+		t.Helper()
+		if got[i].Encoding != enc || got[i].Content == nil || *got[i].Content != content || got[i].Omitted {
+			t.Fatalf("file %d: %+v", i, got[i])
+		}
+	}
+	text(0, encodingUTF8, "a,b\n1,2\n")
+	text(1, encodingBase64, base64.StdEncoding.EncodeToString(png))
+	text(2, encodingUTF8, "")
+	text(3, encodingUTF8, string(big))
+	if got[1].SHA256 != sum(png) || got[1].Bytes != int64(len(png)) {
+		t.Fatalf("chart.png: %+v", got[1])
+	}
+	if f := got[4]; !f.Omitted || f.Content != nil || f.SHA256 != sum(files[4].Content) || f.Bytes != 9<<10 {
+		t.Fatalf("a file past the 48 KiB cap: %+v", f)
+	}
+	if f := got[5]; f.Name != `bad\u{a}name` {
+		t.Fatalf("a name with a newline is shown as %q", f.Name)
+	}
+	if f := got[6]; f.Name != "huge.bin" || !f.Omitted || f.Bytes != 100<<20 {
+		t.Fatalf("the guest's over-cap file: %+v", f)
+	}
+	// Asked for no files: none, even if the guest sent some.
+	d = checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}}))
+	if d.doc.Files != nil {
+		t.Fatal("files listed though return_files was false")
+	}
+}
+
+// The worst output there is: every stream and file full of a byte that
+// JSON escapes to six (and the text content escapes again).
+func TestShapeTrimsEscapingBlowup(t *testing.T) {
+	ctl := strings.Repeat("\x01", wire.MaxOutputBytes)
+	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
+	rec.Capture.StdoutText, rec.Capture.StderrText = ctl, strings.Repeat("<", wire.MaxOutputBytes)
+	var files []wire.OutputFile
+	for i := range 6 {
+		files = append(files, wire.OutputFile{Name: "f" + string(rune('0'+i)), Content: []byte(ctl)})
+	}
+	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	if !d.doc.Delivery.Trimmed || d.exec.Cleanup.Status != wire.CleanupRemoved || d.exec.Status != wire.StatusOK || d.exec.RunID != "r" {
+		t.Fatalf("delivery %+v, execution %.200s", d.doc.Delivery, d.doc.Execution)
+	}
+	if d.doc.Files == nil || len(*d.doc.Files) != 6 {
+		t.Fatal("the files are no longer listed")
+	}
+	omitted := 0
+	for _, f := range *d.doc.Files {
+		if f.Omitted {
+			omitted++
+			if f.SHA256 != sum([]byte(ctl)) {
+				t.Fatal("an omitted file lost its sha256")
+			}
+		}
+	}
+	if omitted == 0 || omitted == 6 {
+		t.Fatalf("%d of 6 contents dropped: want as few as fit", omitted)
+	}
+	t.Logf("response %d bytes (limit %d), receipt %d bytes, %d file contents dropped; %q",
+		d.line, MaxResponseBytes, d.doc.Delivery.ReceiptBytes, omitted, d.doc.Delivery.What)
+}
+
+// The receipt alone over 64 KiB: both streams at the maximum, escaped.
+func TestShapeTrimsReceipt(t *testing.T) {
+	rec := receipt("r", wire.StatusError, wire.CleanupRemoved)
+	rec.Capture.StdoutText = strings.Repeat("\x02", 6000) + "Ω" + strings.Repeat("\x02", 6000)
+	rec.Capture.StderrText = strings.Repeat("\x03", 12000)
+	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}}))
+	if !d.doc.Delivery.Trimmed || len(d.exec.Capture.StdoutText) == 0 || len(d.exec.Capture.StdoutText) >= 12002 {
+		t.Fatalf("stdout kept %d bytes; delivery %+v", len(d.exec.Capture.StdoutText), d.doc.Delivery)
+	}
+	if !strings.Contains(strings.Join(d.doc.Delivery.What, ";"), "64 KiB receipt") {
+		t.Fatalf("delivery does not say why: %q", d.doc.Delivery.What)
+	}
+	t.Logf("receipt %d bytes; %q", d.doc.Delivery.ReceiptBytes, d.doc.Delivery.What)
+}
+
+// A guest that fills every field it controls: the host still delivers the
+// run's status and cleanup.
+func TestShapeHostileGuest(t *testing.T) {
+	huge := strings.Repeat("\x01\"\\<", 64<<10)
+	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
+	rec.Reason, rec.Signal, rec.Cleanup.Detail, rec.Image.Name, rec.Agent.Kernel = huge, huge, huge, huge, huge
+	rec.Capture.StdoutText, rec.Capture.StderrText = huge, huge
+	for i := range 5000 {
+		rec.InputFiles = append(rec.InputFiles, wire.FileDigest{Name: huge[:300], SHA256: strings.Repeat("a", 64), Bytes: int64(i)})
+		rec.Output.Returned = append(rec.Output.Returned, wire.FileDigest{Name: "f", SHA256: huge[:100]})
+		rec.Output.NotReturned = append(rec.Output.NotReturned, wire.NotReturned{Name: huge[:1000], Reason: huge[:1000]})
+	}
+	rec.Posture = &wire.Posture{CapEff: huge, Problems: []string{huge, huge}, Namespaces: make([]string, 10000), OpenFDs: make([]int, 100000)}
+	var files []wire.OutputFile
+	for i := range 3000 {
+		files = append(files, wire.OutputFile{Name: huge[:250] + string(rune('a'+i%26)), Content: []byte(huge[:16])})
+	}
+	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	if d.exec.Cleanup.Status != wire.CleanupRemoved || d.exec.Status != wire.StatusOK || d.exec.RunID != "r" || !d.doc.Delivery.Trimmed {
+		t.Fatalf("execution %.300s; delivery %+v", d.doc.Execution, d.doc.Delivery)
+	}
+	t.Logf("response %d bytes, receipt %d bytes; %q", d.line, d.doc.Delivery.ReceiptBytes, d.doc.Delivery.What)
+}
+
+// FuzzShape: whatever the guest sends, the result fits both limits and
+// carries the cleanup status.
+func FuzzShape(f *testing.F) {
+	f.Add("hello\n", "", "ok", "REMOVED", "out.csv", 1, 10, byte('a'), true)
+	f.Add(strings.Repeat("\x01", 8192), strings.Repeat("\"", 8192), "error", "FAILED", "x", 16, 4096, byte(1), true)
+	f.Add("", "", "", "", "", 0, 0, byte(0), false)
+	f.Add(strings.Repeat("é", 3000), "\xff\xfe", "timeout", "REMOVED", "a\nb", 200, 300, byte(0xff), true)
+	f.Fuzz(func(t *testing.T, stdout, stderr, status, cleanup, name string, nfiles, size int, fill byte, returnFiles bool) {
+		// What fits a 1 MiB frame from the guest.
+		nfiles = min(max(nfiles, 0), 2000)
+		size = min(max(size, 0), (1<<20)/max(nfiles, 1))
+		rec := receipt("fuzz", status, cleanup)
+		rec.Capture.StdoutText, rec.Capture.StderrText = stdout, stderr
+		rec.Cleanup.Detail = stderr
+		var files []wire.OutputFile
+		for i := range nfiles {
+			files = append(files, wire.OutputFile{Name: name, Content: bytes.Repeat([]byte{fill + byte(i)}, size)})
+			rec.Output.NotReturned = append(rec.Output.NotReturned, wire.NotReturned{Name: name, Reason: stdout})
+		}
+		d := checkResult(t, shape(outcome{RunID: "fuzz", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: returnFiles}))
+		want := cutString(cleanup, maxShortString)
+		if want == "" {
+			want = wire.CleanupUnknown // an empty status is no status: the undeliverable path says UNKNOWN
+		}
+		var asSent string // what a client reads back: JSON makes invalid UTF-8 into U+FFFD
+		b, _ := json.Marshal(want)
+		json.Unmarshal(b, &asSent)
+		if d.exec.Cleanup.Status != asSent {
+			t.Fatalf("cleanup %q came out as %q", cleanup, d.exec.Cleanup.Status)
+		}
+		if d.exec.RunID != "fuzz" {
+			t.Fatalf("run id %q", d.exec.RunID)
+		}
+		if d.isError != (status != wire.StatusOK || cleanup != wire.CleanupRemoved || d.doc.Error != nil) {
+			t.Fatalf("isError %v for status %q cleanup %q", d.isError, status, cleanup)
+		}
+	})
+}

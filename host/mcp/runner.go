@@ -1,0 +1,25 @@
+package mcp
+
+import (
+	"context"
+
+	"pybox/shared/wire"
+)
+
+// Runner runs programs in the VM: host/client's *Client in the real
+// binary, a fake in tests.
+type Runner interface {
+	// Run runs one program in a fresh box and returns the guest's answer.
+	// When ctx is cancelled, Run must cancel the run in the guest and still
+	// return the receipt (status cancelled) if it comes within a bounded
+	// wait: that receipt is how the server learns the box was removed.
+	// Errors are a *wire.Error when the guest or supervisor refused, or a
+	// transport error when contact was lost.
+	Run(ctx context.Context, r *wire.Run) (*wire.Result, error)
+	Close() error
+}
+
+// Dialer connects to the VM's supervisor. It must never start the VM:
+// when none is running it fails, and the call reports cleanup
+// NOT_ATTEMPTED with the command that starts one.
+type Dialer func(ctx context.Context) (Runner, error)

@@ -1,0 +1,431 @@
+package mcp
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"pybox/shared/wire"
+)
+
+// Bounds on the strings of a receipt. The guest keeps to far less; these
+// only stop a confused or hostile guest from crowding out the rest.
+const (
+	maxShortString = 128  // status, signal, image, agent, posture fields
+	maxTextString  = 2048 // reason, cleanup detail, a posture problem
+	maxNameString  = 200  // a file name, escaped
+	maxListed      = 64   // items of a posture list
+	// maxReturned bounds the returned files listed. The 48 KiB content cap
+	// does not bound their number (empty files), the frame's 1 MiB does;
+	// this keeps the trimming's work small.
+	maxReturned = 1024
+	// noteRoom is kept free while trimming for delivery's notes, which
+	// appear twice (structured and text).
+	noteRoom = 4 << 10
+)
+
+// shape turns an outcome into the tool result, trimmed to fit 64 KiB of
+// receipt and 256 KiB of response. It is a pure function. Whatever it gets,
+// the result fits and still carries the cleanup status: when nothing else
+// fits, an error result with the run's essentials.
+func shape(o outcome) *mcp.CallToolResult {
+	t := newTrimmer(o)
+	t.trim()
+	return t.finish()
+}
+
+// trimmer holds a result while it is being cut down. Each step sets its
+// part from the untouched original (orig), so a binary search can try
+// any amount of cutting in any order.
+type trimmer struct {
+	doc   document
+	rec   *wire.Receipt // nil when the document carries essentials
+	orig  wire.Receipt  // rec before any step
+	files []fileOut
+	ofile []fileOut
+	runID string
+	// Sizes at the last measure.
+	receiptBytes, resultBytes int
+}
+
+func newTrimmer(o outcome) *trimmer {
+	t := &trimmer{runID: o.RunID}
+	t.doc = document{SchemaVersion: ResultSchemaVersion, Delivery: delivery{What: []string{}}}
+	if o.Result == nil {
+		t.doc.Error = cutError(o.Err)
+		t.doc.Execution = &essentials{RunID: o.RunID, Cleanup: cutCleanup(o.Cleanup)}
+		return t
+	}
+	rec, cut := sanitize(&o.Result.Receipt)
+	t.rec, t.orig, t.doc.Execution = rec, *rec, rec
+	if cut {
+		t.note("fields of the guest's receipt over their bounds were cut")
+	}
+	if o.Err != nil {
+		t.doc.Error = cutError(o.Err)
+	}
+	if o.ReturnFiles {
+		t.files = filesOut(&wire.Result{Receipt: *rec, Files: o.Result.Files})
+		t.ofile = slices.Clone(t.files)
+		t.doc.Files = &t.files
+	}
+	return t
+}
+
+func (t *trimmer) note(format string, args ...any) {
+	t.doc.Delivery.Trimmed = true
+	t.doc.Delivery.What = append(t.doc.Delivery.What, fmt.Sprintf(format, args...))
+}
+
+// measure encodes the document with the delivery numbers at their
+// widest, so that the final numbers can only make it smaller.
+func (t *trimmer) measure() {
+	t.doc.Delivery.ReceiptBytes, t.doc.Delivery.ResponseBytes = 999999, 999999
+	_, t.receiptBytes, t.resultBytes = t.doc.encode()
+}
+
+// receiptFits measures only the receipt: the receipt's steps need no more.
+func (t *trimmer) receiptFits() bool {
+	exec, _ := json.Marshal(t.doc.Execution)
+	t.receiptBytes = len(exec)
+	return t.receiptBytes <= MaxReceiptBytes
+}
+
+// resultFits leaves room for the notes that steps add after they measured.
+func (t *trimmer) resultFits() bool {
+	t.measure()
+	return t.resultBytes <= maxResultBytes-noteRoom
+}
+
+// fits is the final word, on the real limits.
+func (t *trimmer) fits() bool {
+	t.measure()
+	return t.resultBytes <= maxResultBytes && t.receiptFits()
+}
+
+// trim applies the steps in order until the result fits: first the
+// receipt to its 64 KiB (captured text, then lists), then the response to
+// its 256 KiB (file contents first: they are bulk, the receipt is what the
+// agent must see; then the receipt's parts again, then the file list).
+// Cleanup status, status and run id are never cut.
+func (t *trimmer) trim() {
+	if t.rec != nil && !t.receiptFits() {
+		t.cutCapture(t.receiptFits, "the 64 KiB receipt limit")
+		t.cutLists(t.receiptFits, "the 64 KiB receipt limit")
+		if !t.receiptFits() {
+			t.toEssentials("the 64 KiB receipt limit")
+		}
+	}
+	if !t.resultFits() {
+		t.dropContents()
+	}
+	if t.rec != nil && !t.resultFits() {
+		t.cutCapture(t.resultFits, "the 256 KiB response limit")
+		t.cutLists(t.resultFits, "the 256 KiB response limit")
+	}
+	if !t.resultFits() {
+		t.dropFileEntries()
+	}
+	if t.rec != nil && !t.resultFits() {
+		t.toEssentials("the 256 KiB response limit")
+	}
+	if !t.fits() {
+		t.undeliverable()
+	}
+}
+
+// largest finds the largest k in [0, n] for which set(k) makes ok true,
+// assuming that fewer kept makes it only more true, and leaves set(k)
+// applied. It returns -1 (with set(0) applied) when even 0 does not do.
+func largest(n int, set func(k int), ok func() bool) int {
+	cut := sort.Search(n+1, func(c int) bool { set(n - c); return ok() })
+	if cut > n {
+		set(0)
+		return -1
+	}
+	set(n - cut)
+	return n - cut
+}
+
+// dropContents drops the content of the largest returned files until the
+// response fits; they stay listed with size and sha256.
+func (t *trimmer) dropContents() {
+	var order []int // files with content, largest first
+	for i, f := range t.ofile {
+		if f.Content != nil {
+			order = append(order, i)
+		}
+	}
+	if len(order) == 0 {
+		return
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(t.ofile[b].Bytes, t.ofile[a].Bytes) })
+	set := func(kept int) {
+		copy(t.files, t.ofile)
+		for _, i := range order[:len(order)-kept] {
+			t.files[i].Content, t.files[i].Encoding = nil, ""
+			t.files[i].Omitted, t.files[i].Reason = true, "dropped to fit the 256 KiB response limit"
+		}
+	}
+	kept := max(largest(len(order), set, t.resultFits), 0)
+	t.note("content of %d returned files omitted to fit the 256 KiB response limit", len(order)-kept)
+	t.ofile = slices.Clone(t.files)
+}
+
+// cutCapture cuts stdout and stderr to the same number of bytes, the
+// most that fits.
+func (t *trimmer) cutCapture(ok func() bool, limit string) {
+	out, errs := t.orig.Capture.StdoutText, t.orig.Capture.StderrText
+	longest := max(len(out), len(errs))
+	if longest == 0 {
+		return
+	}
+	set := func(k int) {
+		t.rec.Capture.StdoutText, t.rec.Capture.StderrText = cutUTF8(out, k), cutUTF8(errs, k)
+	}
+	if largest(longest, set, ok) == longest {
+		return
+	}
+	t.note("capture.stdout cut from %d to %d bytes and capture.stderr from %d to %d to fit %s",
+		len(out), len(t.rec.Capture.StdoutText), len(errs), len(t.rec.Capture.StderrText), limit)
+	t.orig.Capture = t.rec.Capture
+}
+
+// cutLists shortens the receipt's lists of files, those not returned
+// first (they count on in not_listed).
+func (t *trimmer) cutLists(ok func() bool, limit string) {
+	if ok() {
+		return
+	}
+	if nr := t.orig.Output.NotReturned; len(nr) > 0 {
+		set := func(k int) {
+			t.rec.Output.NotReturned = nr[:k]
+			t.rec.Output.NotListed = t.orig.Output.NotListed + len(nr) - k
+		}
+		if k := largest(len(nr), set, ok); k != len(nr) {
+			t.note("output_files.not_returned cut from %d to %d entries (counted in not_listed) to fit %s", len(nr), len(t.rec.Output.NotReturned), limit)
+		}
+	}
+	for _, l := range []struct {
+		name string
+		list *[]wire.FileDigest
+		orig []wire.FileDigest
+	}{
+		{"output_files.returned", &t.rec.Output.Returned, t.orig.Output.Returned},
+		{"input_files", &t.rec.InputFiles, t.orig.InputFiles},
+	} {
+		if len(l.orig) == 0 || ok() {
+			continue
+		}
+		set := func(k int) { *l.list = l.orig[:k] }
+		largest(len(l.orig), set, ok)
+		t.note("%s cut from %d to %d entries to fit %s", l.name, len(l.orig), len(*l.list), limit)
+	}
+	t.orig = *t.rec
+}
+
+// dropFileEntries lists fewer returned files.
+func (t *trimmer) dropFileEntries() {
+	if t.doc.Files == nil || len(t.ofile) == 0 {
+		return
+	}
+	set := func(k int) { t.files = t.ofile[:k]; t.doc.Files = &t.files }
+	largest(len(t.ofile), set, t.resultFits)
+	t.note("files cut from %d to %d entries to fit the 256 KiB response limit", len(t.ofile), len(t.files))
+}
+
+// toEssentials replaces the receipt by what a result must always say.
+func (t *trimmer) toEssentials(limit string) {
+	t.doc.Execution = essentialsOf(t.rec, t.runID)
+	t.rec = nil
+	t.note("the receipt did not fit %s: only its run id, status, exit code and cleanup are given", limit)
+}
+
+// undeliverable is the last resort: an error that still carries the real
+// cleanup status. Everything in it is bounded, so it always fits.
+func (t *trimmer) undeliverable() {
+	e := &essentials{RunID: cutString(t.runID, wire.MaxRunIDBytes), Cleanup: wire.Cleanup{Status: wire.CleanupUnknown}}
+	if prev, ok := t.doc.Execution.(*essentials); ok {
+		e.Status, e.ExitCode = cutString(prev.Status, maxShortString), prev.ExitCode
+		e.Cleanup = wire.Cleanup{Status: cutString(prev.Cleanup.Status, maxShortString), Detail: cutString(prev.Cleanup.Detail, 512)}
+	} else if r, ok := t.doc.Execution.(*wire.Receipt); ok {
+		e.Status, e.ExitCode = r.Status, r.ExitCode
+		e.Cleanup = wire.Cleanup{Status: r.Cleanup.Status, Detail: cutString(r.Cleanup.Detail, 512)}
+	}
+	t.doc = document{
+		SchemaVersion: ResultSchemaVersion,
+		Error:         &callError{Code: codeUndeliverable, Message: "the result could not be made to fit the protocol's limits; the run's cleanup status is in execution.cleanup"},
+		Execution:     e,
+		Delivery:      delivery{Trimmed: true, What: []string{"everything but the run's essentials was dropped"}},
+	}
+	t.rec, t.files = nil, nil
+}
+
+// finish sets the delivery numbers. response_bytes describes the very
+// result it is part of, so it is settled by iterating to a fixed point
+// (its digits change the size by a byte or two at most).
+func (t *trimmer) finish() *mcp.CallToolResult {
+	var res *mcp.CallToolResult
+	d := &t.doc.Delivery
+	d.ResponseBytes = 0
+	for range 5 {
+		var n int
+		res, d.ReceiptBytes, n = t.doc.encode()
+		if n == d.ResponseBytes {
+			break
+		}
+		d.ResponseBytes = n
+	}
+	return res
+}
+
+func essentialsOf(r *wire.Receipt, runID string) *essentials {
+	if runID == "" {
+		runID = r.RunID
+	}
+	return &essentials{
+		RunID:    cutString(runID, wire.MaxRunIDBytes),
+		Status:   r.Status,
+		Reason:   cutString(r.Reason, 256),
+		ExitCode: r.ExitCode,
+		Cleanup:  wire.Cleanup{Status: r.Cleanup.Status, Detail: cutString(r.Cleanup.Detail, 512)},
+	}
+}
+
+// sanitize copies a receipt from the guest, bounding every string and
+// list the guest controls to what the contract allows, and escaping names.
+// It reports whether anything was cut.
+func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
+	r := *in
+	cut := false
+	s := func(p *string, n int) {
+		if len(*p) > n {
+			*p, cut = cutString(*p, n), true
+		}
+	}
+	for _, f := range []struct {
+		p *string
+		n int
+	}{
+		{&r.RunID, wire.MaxRunIDBytes}, {&r.Status, maxShortString}, {&r.Reason, maxTextString},
+		{&r.Signal, maxShortString}, {&r.Image.Name, maxShortString}, {&r.Image.Digest, maxShortString},
+		{&r.Agent.Version, maxShortString}, {&r.Agent.Commit, maxShortString}, {&r.Agent.Kernel, maxShortString},
+		{&r.Memory.Reading, maxShortString}, {&r.Cleanup.Status, maxShortString}, {&r.Cleanup.Detail, maxTextString},
+	} {
+		s(f.p, f.n)
+	}
+	if r.Cleanup.Status == "" {
+		r.Cleanup = wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the guest's receipt gave no cleanup status"}
+	}
+	// A stream keeps at most max_output_bytes, and that is at most 8 KiB.
+	r.Capture.StdoutText = cutUTF8(r.Capture.StdoutText, wire.MaxOutputBytes)
+	r.Capture.StderrText = cutUTF8(r.Capture.StderrText, wire.MaxOutputBytes)
+	cut = cut || len(r.Capture.StdoutText) != len(in.Capture.StdoutText) || len(r.Capture.StderrText) != len(in.Capture.StderrText)
+	r.InputFiles = digests(in.InputFiles, wire.MaxInputFiles, s)
+	r.Output.Returned = digests(in.Output.Returned, maxReturned, s)
+	cut = cut || len(r.InputFiles) != len(in.InputFiles) || len(r.Output.Returned) != len(in.Output.Returned)
+	if len(in.Output.NotReturned) > wire.MaxListedNotReturned {
+		r.Output.NotListed += len(in.Output.NotReturned) - wire.MaxListedNotReturned
+		cut = true
+	}
+	r.Output.NotReturned = nil
+	if in.Output.NotReturned != nil {
+		r.Output.NotReturned = []wire.NotReturned{}
+	}
+	for _, n := range in.Output.NotReturned[:min(len(in.Output.NotReturned), wire.MaxListedNotReturned)] {
+		n.Name = safeName(n.Name)
+		s(&n.Reason, maxShortString)
+		s(&n.SHA256, maxShortString)
+		r.Output.NotReturned = append(r.Output.NotReturned, n)
+	}
+	if in.Posture != nil {
+		p := *in.Posture
+		s(&p.CapEff, maxShortString)
+		p.OpenFDs = p.OpenFDs[:min(len(p.OpenFDs), maxListed)]
+		p.Namespaces = cutStrings(p.Namespaces, maxShortString, s)
+		p.Problems = cutStrings(p.Problems, maxTextString, s)
+		cut = cut || len(in.Posture.OpenFDs) > maxListed
+		r.Posture = &p
+	}
+	return &r, cut
+}
+
+func digests(in []wire.FileDigest, most int, s func(*string, int)) []wire.FileDigest {
+	if in == nil {
+		return nil
+	}
+	out := make([]wire.FileDigest, min(len(in), most))
+	for i, d := range in[:len(out)] {
+		d.Name = safeName(d.Name)
+		s(&d.SHA256, maxShortString)
+		out[i] = d
+	}
+	return out
+}
+
+func cutStrings(in []string, n int, s func(*string, int)) []string {
+	if in == nil {
+		return nil
+	}
+	out := slices.Clone(in[:min(len(in), maxListed)])
+	for i := range out {
+		s(&out[i], n)
+	}
+	if len(in) > maxListed {
+		out = append(out, fmt.Sprintf("… and %d more", len(in)-maxListed))
+	}
+	return out
+}
+
+// safeName shows a name from the guest safely: escaped when it holds
+// anything EscapeName would escape besides a backslash (a name the guest
+// escaped already is left as it is), and bounded.
+func safeName(name string) string {
+	raw := !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool {
+		return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+	})
+	if raw {
+		name = wire.EscapeName(name)
+	}
+	return cutString(name, maxNameString)
+}
+
+func cutError(e *callError) *callError {
+	if e == nil {
+		return &callError{Code: "internal", Message: "no result and no error: a bug in pybox mcp"}
+	}
+	return &callError{Code: cutString(e.Code, maxShortString), Message: cutString(e.Message, maxTextString)}
+}
+
+func cutCleanup(c wire.Cleanup) wire.Cleanup {
+	if c.Status == "" {
+		c.Status = wire.CleanupUnknown
+	}
+	return wire.Cleanup{Status: cutString(c.Status, maxShortString), Detail: cutString(c.Detail, maxTextString)}
+}
+
+// cutString cuts s to at most n bytes (plus "…"), at a rune boundary.
+func cutString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return cutUTF8(s, n) + "…"
+}
+
+// cutUTF8 cuts s to at most n bytes, backing off to a rune boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
