@@ -39,8 +39,15 @@ var (
 	buildDir  string
 )
 
+// atExit holds what must stop after the last test: a VM that several
+// tests share (see boxVM).
+var atExit []func()
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	for _, f := range atExit {
+		f()
+	}
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}

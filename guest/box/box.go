@@ -252,7 +252,7 @@ func programEnv() []string {
 	return env
 }
 
-// supervise waits for box-init, or the program it became, to exit,
+// supervise waits for box-init, which outlives the program, to exit,
 // killing the box at the timeout or on cancel.
 func (rn *run) supervise(ctx context.Context) {
 	p := rn.proc
@@ -300,9 +300,9 @@ func (rn *run) kill() {
 	if rn.cg != nil && rn.cg.kill() == nil {
 		return
 	}
-	// Without a cgroup (tests), or if cgroup.kill failed: box-init or
-	// the program is the init of the box's pid namespace, and when it
-	// dies the kernel kills every other process in it.
+	// Without a cgroup (tests), or if cgroup.kill failed: box-init is
+	// the init of the box's pid namespace, and when it dies the kernel
+	// kills every other process in it.
 	unix.Kill(rn.proc.pid, unix.SIGKILL)
 }
 
@@ -321,6 +321,12 @@ func (rn *run) settle() {
 	p.report.finish(drainLimit)
 	if rn.out.refusal == "" {
 		rn.out.refusal = p.report.refusal()
+	}
+	// box-init's own status is 0 when it reported the program's end, or
+	// SIGKILL when the box was killed first; the program's is the one
+	// the receipt gives.
+	if p.report.program != nil {
+		rn.out.status = *p.report.program
 	}
 	rn.rec.Capture.Stdout, rn.rec.Capture.StdoutText = p.stdout.stream()
 	rn.rec.Capture.Stderr, rn.rec.Capture.StderrText = p.stderr.stream()

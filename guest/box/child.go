@@ -29,8 +29,17 @@ var devices = []string{"null", "zero", "full", "random", "urandom"}
 // ChildMain is box-init, the box's first process. It starts as root of a
 // fresh user namespace, in fresh pid, mount, net, ipc, uts and cgroup
 // namespaces, inside the run's cgroup; it seals the box, checks its own
-// posture and execs the program. It never returns: a step that fails is
-// reported on fd 4 and box-init exits 125 without running anything.
+// posture and starts the program as its child. It never returns: a step
+// that fails is reported on fd 4 and box-init exits 125 without running
+// anything.
+//
+// box-init stays the init of the box's pid namespace rather than exec'ing
+// the program there: the kernel drops signals that a namespace's init
+// sends itself without a handler, so a program running as pid 1 would
+// survive its own SIGTERM, SIGSTOP or abort(), unlike anywhere else. It
+// reaps every orphan of the box, reports the program's wait status on
+// fd 4 when the program ends, and exits; the kernel then kills whatever
+// the program left in the namespace.
 //
 // The order follows runc's standard_init_linux.go: mounts while still
 // privileged, then the root switch, then dropping privileges, and the
@@ -47,8 +56,8 @@ func ChildMain() {
 		}
 	}
 
-	// The report pipe closes at exec: end of file tells the agent that
-	// the program started.
+	// The report pipe closes at exec, so the program never holds it;
+	// box-init keeps it until the program's wait status is sent.
 	_, err := unix.FcntlInt(reportFD, unix.F_SETFD, unix.FD_CLOEXEC)
 	must("report descriptor", err)
 
@@ -128,7 +137,28 @@ func ChildMain() {
 		os.Exit(exitSetup)
 	}
 
-	must("exec", execProgram(cfg.Argv, cfg.Env))
+	pid, err := startProgram(cfg.Argv, cfg.Env)
+	must("start program", err)
+	ws := reapUntil(pid)
+	status := uint32(ws)
+	sendReport(rep, report{WaitStatus: &status})
+	os.Exit(0)
+}
+
+// reapUntil reaps every process that ends in the box (orphans come to
+// box-init, the namespace's init) until the program itself has ended,
+// and returns the program's wait status.
+func reapUntil(pid int) unix.WaitStatus {
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || got == pid {
+			return ws
+		}
+	}
 }
 
 func sendReport(w io.Writer, r report) {
@@ -334,19 +364,25 @@ func clearCapabilities() error {
 }
 
 // execProgram looks argv[0] up in the box's PATH and execs it.
-func execProgram(argv, env []string) error {
+func startProgram(argv, env []string) (int, error) {
 	path := "/usr/local/bin:/usr/bin:/bin"
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
 		}
 	}
+	// Only fds 0, 1 and 2 are passed on; every other descriptor is
+	// close-on-exec (see "close descriptors").
+	attr := &syscall.ProcAttr{Dir: "/tmp", Env: env, Files: []uintptr{0, 1, 2}}
 	err := error(unix.ENOENT)
 	for _, dir := range strings.Split(path, ":") {
-		err = syscall.Exec(dir+"/"+argv[0], argv, env)
-		if !errors.Is(err, unix.ENOENT) {
+		pid, e := syscall.ForkExec(dir+"/"+argv[0], argv, attr)
+		if e == nil {
+			return pid, nil
+		}
+		if err = e; !errors.Is(e, unix.ENOENT) {
 			break
 		}
 	}
-	return fmt.Errorf("%s: %w (is it in the image?)", argv[0], err)
+	return 0, fmt.Errorf("%s: %w (is it in the image?)", argv[0], err)
 }

@@ -27,9 +27,10 @@
 //     with the signal's name beside it (a timeout, cancel or OOM kill
 //     shows as 137, SIGKILL, and the status says why).
 //
-// python3 is the init of the box's pid namespace. So when it exits, the
-// kernel kills every other process of the box at once (the cgroup kill
-// that follows finds nothing); a signal it sends itself without a handler
-// is ignored; and orphans of its children are not reaped before it exits
-// (pids.max bounds them).
+// box-init stays the init of the box's pid namespace and python3 is its
+// child (pid 2). Signals the program sends itself act as anywhere else
+// (the kernel would drop them for a namespace's init); box-init reaps
+// every orphan; and when the program exits, box-init reports its wait
+// status and exits, and the kernel kills every other process of the box
+// at once (the cgroup kill that follows finds nothing).
 package box

@@ -259,7 +259,7 @@ func TestHostRunSealed(t *testing.T) {
 		"mount": "EPERM", "unshare_user": "EPERM", "unshare_net": "EPERM", "ptrace": "EPERM",
 		"clone3": "ENOSYS", "keyctl": "EPERM", "bpf": "EPERM", "vsock": "EPERM", "netlink": "EPERM",
 		"packet": "EPERM", "connect": "ENETUNREACH", "hostname": "pybox", "root_write": "EROFS",
-		"input": "input data", "input_write": "EACCES", "pid1": "python3", "stdin": "", "uid": 1000.0,
+		"input": "input data", "input_write": "EACCES", "pid1": "box-init", "stdin": "", "uid": 1000.0,
 	}
 	for k, v := range want {
 		if fmt.Sprint(got[k]) != fmt.Sprint(v) {
@@ -367,7 +367,7 @@ func TestHostRunRefusedWithoutPython(t *testing.T) {
 	b.paths.images = filepath.Dir(empty)
 	b.cfg.Images["empty"] = wire.ImageInfo{Name: "empty", Digest: "none"}
 	rec := hostRun(t, b, context.Background(), "print('never')", func(r *wire.Run) { r.Image = "empty" }).Receipt
-	if rec.Status != wire.StatusRefused || rec.ExitCode != nil || !strings.Contains(rec.Reason, "step exec") {
+	if rec.Status != wire.StatusRefused || rec.ExitCode != nil || !strings.Contains(rec.Reason, "step start program") {
 		t.Errorf("receipt %s %v %q", rec.Status, rec.ExitCode, rec.Reason)
 	}
 	if rec.Posture == nil || !rec.Posture.OK {

@@ -32,12 +32,13 @@ type childConfig struct {
 	GID     int               `json:"gid"`
 }
 
-// report is one line box-init writes on reportFD: its posture, or the
-// step that failed.
+// report is one line box-init writes on reportFD: its posture, the step
+// that failed, or, once the program has ended, the program's wait status.
 type report struct {
-	Posture *wire.Posture `json:"posture,omitempty"`
-	Step    string        `json:"step,omitempty"`
-	Error   string        `json:"error,omitempty"`
+	Posture    *wire.Posture `json:"posture,omitempty"`
+	Step       string        `json:"step,omitempty"`
+	Error      string        `json:"error,omitempty"`
+	WaitStatus *uint32       `json:"wait_status,omitempty"`
 }
 
 // namespaces are the namespaces a box gets, by their /proc/self/ns name.

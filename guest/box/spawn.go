@@ -131,6 +131,7 @@ type reports struct {
 	startedAt time.Time // when the good posture arrived: the program's start
 	step      string    // the step that failed, if one did
 	err       string
+	program   *unix.WaitStatus // the program's own end, from box-init
 }
 
 func readReports(f *os.File) *reports {
@@ -159,6 +160,9 @@ func (r *reports) read() {
 			}
 		case rep.Step != "" && r.step == "":
 			r.step, r.err = rep.Step, rep.Error
+		case rep.WaitStatus != nil && r.program == nil && r.startedAt != (time.Time{}):
+			ws := unix.WaitStatus(*rep.WaitStatus)
+			r.program = &ws
 		}
 	}
 	// Drain past the limit so that box-init never blocks on a full pipe.
