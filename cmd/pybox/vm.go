@@ -79,19 +79,6 @@ func (f *imageFiles) Set(v string) error {
 	return nil
 }
 
-// imagesFor resolves `--images NAME,...` to image files with their
-// digests. The image store (host/image) replaces this: it reads
-// $PYBOX_HOME/images/NAME/meta.json for the digest and returns
-// .../image.erofs as the path. Until it does, only --image-file works.
-var imagesFor = func(home string, names []string) ([]vm.Image, error) {
-	return nil, fmt.Errorf("--images %s: the image store is not part of this build yet: give each image with --image-file NAME=PATH",
-		strings.Join(names, ","))
-}
-
-// defaultImages is the --images default. It becomes "stdlib" once the
-// image store builds the built-in images.
-var defaultImages = ""
-
 func vmStart(args []string) int {
 	fs := flags("vm start", "[flags]", `
 Boot the VM in the background and return once its guest agent has said
@@ -104,7 +91,7 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
 	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else build/x86_64/bzImage beside this pybox)")
 	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else build/x86_64/initramfs.cpio beside this pybox)")
-	images := fs.String("images", defaultImages, "images to attach, by name from the image store (comma-separated)")
+	images := fs.String("images", "", "images to attach, by name from the image store (comma-separated; default: the built-in images that are built)")
 	var files imageFiles
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
 	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
@@ -197,8 +184,10 @@ func guestArtifacts(kernel, initramfs string) (string, string, error) {
 // startImages resolves --images and --image-file into images with digests.
 func startImages(home, list string, files imageFiles) ([]vm.Image, error) {
 	var out []vm.Image
-	if names := splitList(list); len(names) > 0 {
-		ims, err := imagesFor(home, names)
+	// With neither --images nor --image-file, the built-in images that
+	// are built (storeImages resolves no names to those).
+	if names := splitList(list); len(names) > 0 || len(files) == 0 {
+		ims, err := storeImages(home, names)
 		if err != nil {
 			return nil, err
 		}

@@ -64,9 +64,8 @@ func Start(ctx context.Context, o StartOptions) (*State, error) {
 	// Held until the supervisor has its own copy: no other start can slip in.
 	defer lock.Close()
 	cleanup(d, nil)
-	if err := vm.VerifyImages(o.VM.Images); err != nil {
-		return nil, err
-	}
+	// The images were verified (superblock and sha256) when they were
+	// resolved from the store, or hashed just now for --image-file.
 	b, err := json.Marshal(startConfig{Home: o.Home, Accel: o.Accel, VM: o.VM})
 	if err != nil {
 		return nil, err

@@ -206,18 +206,6 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
-func TestVerifyImages(t *testing.T) {
-	cfg := testConfig(t, MachineMicrovm)
-	if err := VerifyImages(cfg.Images); err == nil || !strings.Contains(err.Error(), "rebuild") {
-		t.Errorf("VerifyImages with a wrong digest = %v", err)
-	}
-	sum, _ := FileSHA256(cfg.Images[0].Path)
-	cfg.Images[0].Digest = sum
-	if err := VerifyImages(cfg.Images); err != nil {
-		t.Error(err)
-	}
-}
-
 func TestAlive(t *testing.T) {
 	if !Alive(os.Getpid(), "vm.test") {
 		t.Error("this test process is not alive")

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"pybox/host/image"
+	"pybox/host/vm"
+)
+
+func init() {
+	register(&command{name: "image", summary: "build, list, inspect and remove images", run: imageMain})
+}
+
+// imageCommands are the `pybox image` subcommands.
+var imageCommands = map[string]*command{
+	"build":   {name: "build", summary: "build a built-in image, or your own on top of one", run: imageBuild},
+	"list":    {name: "list", summary: "list the images in the store", run: imageListCmd},
+	"inspect": {name: "inspect", summary: "print what an image is and how it was made (JSON)", run: imageInspect},
+	"rm":      {name: "rm", summary: "remove images from the store", run: imageRemove},
+}
+
+func imageMain(args []string) int {
+	if len(args) == 0 {
+		imageUsage(os.Stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		imageUsage(os.Stdout)
+		return exitOK
+	}
+	c := imageCommands[args[0]]
+	if c == nil {
+		fmt.Fprintf(os.Stderr, "pybox: unknown command \"image %s\"\n\n", args[0])
+		imageUsage(os.Stderr)
+		return exitUsage
+	}
+	return c.run(args[1:])
+}
+
+func imageUsage(w *os.File) {
+	fmt.Fprint(w, `usage: pybox image COMMAND [flags]
+
+Images are read-only filesystems (erofs) that Python runs from inside the VM:
+stdlib (python3 and its standard library) and data (plus numpy, pandas and
+matplotlib) are built in; you can build your own on top of them. They live
+in $PYBOX_HOME/images; builds are cached in $PYBOX_CACHE/images.
+
+commands:
+`)
+	printCommands(w, imageCommands)
+	fmt.Fprint(w, "\nRun `pybox image COMMAND --help` for a command's flags.\n")
+}
+
+// repeated collects a repeatable string flag.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+func imageBuild(args []string) int {
+	fs := flags("image build", "NAME [--from BASE] [--apt PKG]... [--wheel FILE.whl]... [--add SRC:DEST]...", `
+Build an image and put it in the store. A built-in name (stdlib, data) with
+no other flags builds that image from its recipe. Any other name builds
+your own image on top of --from: Debian packages with --apt (from this
+machine's apt sources), pure-Python wheels with --wheel (installed with no
+network), local files with --add. For example:
+
+  pybox image build tools --from data --apt python3-tabulate
+
+Building needs root (mmdebstrap, chroot) and takes minutes; the same recipe
+again is a cache hit and takes a second. Progress goes to stderr. A failed
+or interrupted build (Ctrl-C) stores nothing and says why.`)
+	from := fs.String("from", "", "the image to start from: stdlib (default), data, or one you built")
+	var apt, wheels, adds repeated
+	fs.Var(&apt, "apt", "install a Debian package, e.g. python3-tabulate (repeatable)")
+	fs.Var(&wheels, "wheel", "install a pure-Python wheel file, …-none-any.whl (repeatable)")
+	fs.Var(&adds, "add", "copy a local file or directory into the image: SRC:DEST with DEST absolute, e.g. ./lib:/opt/lib (repeatable)")
+	noCache := fs.Bool("no-cache", false, "build even when the cache holds this recipe")
+	sources := fs.String("sources", image.DefaultSources, "the deb822 apt sources file packages come from")
+	pos, code, err := parse(fs, args)
+	if err != nil {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(fs, "image build takes one NAME")
+	}
+	name := pos[0]
+	var r *image.Recipe
+	if image.IsBuiltIn(name) {
+		if *from != "" || len(apt)+len(wheels)+len(adds) > 0 {
+			return usageError(fs, "%s is a built-in image: build it with no flags, or give your own image another name", name)
+		}
+		r, _ = image.BuiltIn(name)
+	} else if r, err = image.UserRecipe(name, *from, apt, wheels, adds); err != nil {
+		return fail("%v", err)
+	}
+	b, err := newBuilder(*sources, *noCache)
+	if err != nil {
+		return fail("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := b.Build(ctx, r)
+	if err != nil {
+		return fail("%v", err)
+	}
+	how := "built"
+	if res.CacheHit {
+		how = "cache hit"
+	}
+	fmt.Printf("%s %s %s (%s, %s)\n", res.Meta.Name, res.Meta.Digest, mibs(res.Meta.Size), how, time.Duration(res.Seconds*float64(time.Second)).Round(100*time.Millisecond))
+	return exitOK
+}
+
+func newBuilder(sources string, noCache bool) (*image.Builder, error) {
+	h, err := home()
+	if err != nil {
+		return nil, err
+	}
+	c, err := image.CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	return &image.Builder{Home: h, Cache: c, Sources: sources, Progress: os.Stderr, NoCache: noCache}, nil
+}
+
+// imageListCmd is `pybox image list` (imageList, in vm.go, formats a VM's images).
+func imageListCmd(args []string) int {
+	fs := flags("image list", "[--json]", `
+List the images in the store: name, digest (short), size, Python version,
+main packages, and when each was built.`)
+	asJSON := fs.Bool("json", false, "print each image's meta.json as a JSON array")
+	if pos, code, err := parse(fs, args); err != nil {
+		return code
+	} else if len(pos) > 0 {
+		return usageError(fs, "image list takes no arguments")
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	entries, err := image.List(h)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *asJSON {
+		printJSON(entries)
+		return exitOK
+	}
+	if len(entries) == 0 {
+		fmt.Fprintln(os.Stderr, "no images: build the built-in ones with `make images` or `pybox image build stdlib`")
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tPYTHON\tPACKAGES\tBUILT")
+	var problems []string
+	for _, e := range entries {
+		if e.Problem != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", e.Name)
+			problems = append(problems, e.Problem)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Digest[:min(12, len(e.Digest))], mibs(e.Size), e.Python,
+			packagesColumn(e.Main), e.BuiltAt.Local().Format("2006-01-02 15:04"))
+	}
+	tw.Flush()
+	for _, p := range problems {
+		fmt.Fprintf(os.Stderr, "pybox: %s\n", p)
+	}
+	return exitOK
+}
+
+// packagesColumn shows main packages as "numpy 1.24.2, pandas 1.5.3";
+// python3 has its own column.
+func packagesColumn(ps []image.Package) string {
+	var out []string
+	for _, p := range ps {
+		if p.Name == "python3" {
+			continue
+		}
+		name := strings.TrimPrefix(p.Name, "python3-")
+		if w, ok := strings.CutPrefix(name, "wheel:"); ok {
+			name = w + " (wheel)"
+		}
+		out = append(out, name+" "+image.UpstreamVersion(p.Version))
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ", ")
+}
+
+func imageInspect(args []string) int {
+	fs := flags("image inspect", "NAME [--verify]", `
+Print an image's meta.json: digest, size, base, recipe and its hash, Python
+version, packages, wheels, checks, and when it was built.`)
+	verify := fs.Bool("verify", false, "also check the image file against its digest (reads it whole)")
+	pos, code, err := parse(fs, args)
+	if err != nil {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(fs, "image inspect takes one NAME")
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	m, err := image.Inspect(h, pos[0])
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *verify {
+		if err := image.VerifyFile(image.Path(h, m.Name), m.Digest); err != nil {
+			return fail("%v: rebuild it with `pybox image build %s`", err, m.Name)
+		}
+		say(image.Path(h, m.Name) + ": digest verified")
+	}
+	printJSON(m)
+	return exitOK
+}
+
+func imageRemove(args []string) int {
+	fs := flags("image rm", "NAME...", `
+Remove images from the store (their cached builds stay in $PYBOX_CACHE).
+An image the running VM has attached is not removed: stop the VM first.`)
+	pos, code, err := parse(fs, args)
+	if err != nil {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageError(fs, "image rm takes at least one NAME")
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	status := exitOK
+	for _, name := range pos {
+		if err := image.Remove(h, name); err != nil {
+			status = fail("%v", err)
+			continue
+		}
+		say("removed image " + name)
+	}
+	return status
+}
+
+// storeImages resolves `pybox vm start --images` names through the store,
+// verifying each file's digest and erofs superblock.
+// storeImages resolves `pybox vm start --images` through the image store,
+// checking each file's superblock and sha256; no names means the built-in
+// images that are built.
+func storeImages(home string, names []string) ([]vm.Image, error) {
+	atts, err := image.Resolve(home, names)
+	if len(names) == 0 && errors.Is(err, image.ErrNotBuilt) {
+		// The VM still boots (and `pybox vm status` works); every run
+		// is refused with a no_image error until an image is attached.
+		fmt.Fprintln(os.Stderr, "pybox: no image is built, so runs will be refused: build them with `make images`")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]vm.Image, len(atts))
+	for i, a := range atts {
+		out[i] = vm.Image{Name: a.Name, Path: a.Path, Digest: a.Digest}
+	}
+	return out, nil
+}
+
+func mibs(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -1,0 +1,303 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// EnvCache overrides the cache directory's parent (default ~/.cache/pybox).
+const EnvCache = "PYBOX_CACHE"
+
+// CacheDir returns where built images are cached: $PYBOX_CACHE/images,
+// by default ~/.cache/pybox/images.
+func CacheDir() (string, error) {
+	c := os.Getenv(EnvCache)
+	if c == "" {
+		u, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("image: no home directory (set %s): %w", EnvCache, err)
+		}
+		c = filepath.Join(u, ".cache", "pybox")
+	}
+	abs, err := filepath.Abs(filepath.Join(c, "images"))
+	if err != nil {
+		return "", fmt.Errorf("image: %w", err)
+	}
+	return abs, nil
+}
+
+// Builder builds images into the store of Home, caching them by recipe
+// key under Cache.
+type Builder struct {
+	Home     string
+	Cache    string    // see CacheDir
+	Sources  string    // deb822 apt sources; DefaultSources when empty
+	Progress io.Writer // stages and counters; nil is silent
+	NoCache  bool      // build even when the cache has the recipe
+
+	steps []step // tests replace the build's steps; nil means steps
+}
+
+// Result is a finished build.
+type Result struct {
+	Meta     *Meta
+	CacheHit bool
+	Seconds  float64
+	Log      string // the build log (empty on a cache hit)
+	// InUse is set when the running VM still has the previous image of
+	// this name attached.
+	InUse bool
+}
+
+// Build builds r (and its built-in base, if that is not built yet) and
+// puts it in the store. Only one build runs at a time per cache; a
+// second waits. When ctx ends the build stops, removes its work and
+// stores nothing.
+func (b *Builder) Build(ctx context.Context, r *Recipe) (*Result, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(b.Cache, 0o755); err != nil {
+		return nil, fmt.Errorf("image: cache: %w", err)
+	}
+	unlock, err := b.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// What the build creates is read by the box's unprivileged user: a
+	// strict umask of whoever runs the build must not leak into images.
+	defer unix.Umask(unix.Umask(0o022))
+	// Under the lock every work directory is a leftover of a killed build.
+	if err := removeTree(b.workRoot()); err != nil {
+		return nil, err
+	}
+	return b.build(ctx, r, 0)
+}
+
+func (b *Builder) workRoot() string { return filepath.Join(b.Cache, "work") }
+func (b *Builder) debs() string     { return filepath.Join(b.Cache, "debs") }
+func (b *Builder) entry(key string) string {
+	return filepath.Join(b.Cache, key)
+}
+
+func (b *Builder) sources() string {
+	if b.Sources != "" {
+		return b.Sources
+	}
+	return DefaultSources
+}
+
+// lock takes the cache's build lock, waiting (and saying so) while
+// another build holds it.
+func (b *Builder) lock(ctx context.Context) (func(), error) {
+	p := filepath.Join(b.Cache, "lock")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	said := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("image: lock %s: %w", p, err)
+		}
+		if !said && b.Progress != nil {
+			fmt.Fprintf(b.Progress, "image: waiting for another image build to finish (it holds %s)\n", p)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// build is Build under the lock; depth bounds building bases first.
+func (b *Builder) build(ctx context.Context, recipe *Recipe, depth int) (*Result, error) {
+	r := *recipe
+	start := time.Now()
+	p := newProgress(b.Progress, r.Name)
+	var base *Meta
+	baseDigest := ""
+	if r.From != "" {
+		var err error
+		base, err = b.base(ctx, &r, depth, p)
+		if err != nil {
+			return nil, err
+		}
+		baseDigest = base.Digest
+		if r.SourceDateEpoch == 0 {
+			r.SourceDateEpoch = base.Recipe.SourceDateEpoch
+		}
+	}
+	sourcesSum, err := fileSHA256(b.sources())
+	if err != nil {
+		return nil, fmt.Errorf("image: apt sources: %w (images are built from this machine's apt sources; set them up or pass another file)", err)
+	}
+	key := r.Key(baseDigest, sourcesSum)
+	if !b.NoCache {
+		if m := b.cached(key); m != nil {
+			return b.finish(&r, m, filepath.Join(b.entry(key), ImageFile), true, start, "", p)
+		}
+	}
+	if os.Geteuid() != 0 && b.steps == nil {
+		return nil, fmt.Errorf("image %s: building needs root (mmdebstrap in root mode, chroot, bind mounts): run it with sudo", r.Name)
+	}
+	bd, err := b.newBuild(&r, base, key, p)
+	if err != nil {
+		return nil, err
+	}
+	defer bd.close()
+	m, err := bd.run(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("image %s: build interrupted; nothing was stored (log: %s)", r.Name, bd.logPath)
+		}
+		return nil, fmt.Errorf("image %s: %w\nnothing was stored; the build log is %s", r.Name, err, bd.logPath)
+	}
+	m.BuildSeconds = time.Since(start).Seconds()
+	img, err := b.putCache(key, bd.image, m)
+	if err != nil {
+		return nil, err
+	}
+	return b.finish(&r, m, img, false, start, bd.logPath, p)
+}
+
+// base finds (or, for a built-in, first builds) the image r starts from
+// and verifies it.
+func (b *Builder) base(ctx context.Context, r *Recipe, depth int, p *progress) (*Meta, error) {
+	m, err := Inspect(b.Home, r.From)
+	if errors.Is(err, ErrNotBuilt) && IsBuiltIn(r.From) && depth < len(BuiltInNames) {
+		p.Say("its base %s is not built: building %s first", r.From, r.From)
+		br, _ := BuiltIn(r.From)
+		if _, err := b.build(ctx, br, depth+1); err != nil {
+			return nil, err
+		}
+		m, err = Inspect(b.Home, r.From)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image %s: its base: %w", r.Name, err)
+	}
+	if err := VerifyFile(Path(b.Home, r.From), m.Digest); err != nil {
+		return nil, fmt.Errorf("image %s: its base %s: %w: rebuild it with `pybox image build %s`", r.Name, r.From, err, r.From)
+	}
+	return m, nil
+}
+
+// cached returns the cache entry's meta when the entry is whole.
+func (b *Builder) cached(key string) *Meta {
+	dir := b.entry(key)
+	m, err := readMeta(filepath.Join(dir, MetaFile))
+	if err != nil {
+		return nil
+	}
+	if VerifyFile(filepath.Join(dir, ImageFile), m.Digest) != nil {
+		removeTree(dir) // damaged: build again
+		return nil
+	}
+	return m
+}
+
+// putCache moves a built image into the cache under its key.
+func (b *Builder) putCache(key, image string, m *Meta) (string, error) {
+	tmp := filepath.Join(b.Cache, ".tmp-"+key[:16]+"-"+randomSuffix())
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return "", fmt.Errorf("image: cache: %w", err)
+	}
+	img := filepath.Join(tmp, ImageFile)
+	err := os.Rename(image, img)
+	if err == nil {
+		err = os.Chmod(img, 0o444)
+	}
+	if err == nil {
+		err = writeMeta(filepath.Join(tmp, MetaFile), m)
+	}
+	if err == nil {
+		err = swapIn(tmp, b.entry(key))
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("image: cache: %w", err)
+	}
+	return filepath.Join(b.entry(key), ImageFile), nil
+}
+
+// finish installs the image into the store and reports.
+func (b *Builder) finish(r *Recipe, m *Meta, img string, hit bool, start time.Time, log string, p *progress) (*Result, error) {
+	used, err := InUse(b.Home)
+	if err != nil {
+		used = map[string]bool{}
+	}
+	if err := install(b.Home, m, img); err != nil {
+		return nil, err
+	}
+	res := &Result{Meta: m, CacheHit: hit, Seconds: time.Since(start).Seconds(), Log: log, InUse: used[r.Name]}
+	how := fmt.Sprintf("built in %s", time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Second))
+	if hit {
+		how = fmt.Sprintf("cache hit (%.1fs; first built %s)", res.Seconds, m.BuiltAt.Local().Format("2006-01-02 15:04"))
+	}
+	p.Say("%s: %s, sha256 %s, python %s", how, mib(m.Size), m.Digest[:16], m.Python)
+	if res.InUse {
+		p.Say("the running VM still has the previous %s attached: restart it (`pybox vm stop`, then `pybox vm start`) to use this one", r.Name)
+	}
+	return res, nil
+}
+
+// mainPackages lists the packages `pybox image list` shows: the base's,
+// the recipe's main ones and what the user asked for, with the versions
+// installed in this tree.
+func mainPackages(r *Recipe, base *Meta, installed []Package) []Package {
+	versions := packageMap(installed)
+	var out []Package
+	seen := map[string]bool{}
+	add := func(name string) {
+		name, _, _ = strings.Cut(name, "=")
+		if v, ok := versions[name]; ok && !seen[name] {
+			seen[name] = true
+			out = append(out, Package{Name: name, Version: v})
+		}
+	}
+	if base != nil {
+		for _, p := range base.Main {
+			if !strings.HasPrefix(p.Name, "wheel:") {
+				add(p.Name)
+			}
+		}
+	}
+	// Built-in recipes name their main packages; a user's are what they asked for.
+	own := r.Main
+	if len(own) == 0 {
+		own = r.Apt
+	}
+	for _, n := range own {
+		add(n)
+	}
+	if base != nil {
+		for _, p := range base.Main {
+			if strings.HasPrefix(p.Name, "wheel:") {
+				out = append(out, p)
+			}
+		}
+	}
+	for _, w := range r.Wheels {
+		if m := wheelFile.FindStringSubmatch(w.File); m != nil {
+			out = append(out, Package{Name: "wheel:" + m[1], Version: m[2]})
+		}
+	}
+	return out
+}

@@ -1,0 +1,210 @@
+package image
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"pybox/shared/wire"
+)
+
+// BuilderVersion is part of every recipe key: bump it when the build
+// pipeline changes what it produces, so cached images are rebuilt.
+const BuilderVersion = 3
+
+// Recipe says how to build an image. A recipe with no From is bootstrapped
+// with mmdebstrap (variant essential); one with From starts from that
+// image's tree.
+type Recipe struct {
+	Name    string   `json:"name"`
+	Summary string   `json:"summary,omitempty"`
+	From    string   `json:"from,omitempty"`
+	Apt     []string `json:"apt,omitempty"`
+	Strip   Strip    `json:"strip,omitzero"`
+	// Check holds Python statements that must run without error in the
+	// finished tree (built-in recipes; an image inherits its base's).
+	Check []string `json:"check,omitempty"`
+	// Warm is Python code whose file reads make the image's warm list
+	// (see WarmList); an image without its own inherits its base's.
+	Warm string `json:"warm,omitempty"`
+	// Main names the packages `pybox image list` shows with their versions.
+	Main   []string `json:"main,omitempty"`
+	Wheels []Wheel  `json:"wheels,omitempty"`
+	Adds   []Add    `json:"adds,omitempty"`
+	// SourceDateEpoch stamps the bootstrap and every file of the image;
+	// images built from a base use the base's.
+	SourceDateEpoch int64 `json:"source_date_epoch,omitempty"`
+}
+
+// Strip lists packages a runtime does not need. Their files are removed
+// and a stand-in package provides them, so apt in a later layer stays
+// consistent (and still installs one of them when asked for it by name).
+type Strip struct {
+	Why      string   `json:"why,omitempty"`
+	Packages []string `json:"packages,omitempty"`
+}
+
+// Wheel is a pure-Python wheel to install; Path is where it is on this
+// machine (not part of the key: the content is).
+type Wheel struct {
+	File   string `json:"file"`
+	SHA256 string `json:"sha256"`
+	Path   string `json:"-"`
+}
+
+// Add copies a local file or directory into the image at Dest. SHA256
+// covers the names, modes and contents of everything copied.
+type Add struct {
+	Src    string `json:"src"`
+	Dest   string `json:"dest"`
+	SHA256 string `json:"sha256"`
+}
+
+//go:embed recipes/*.json
+var recipeFiles embed.FS
+
+// BuiltInNames are the built-in images, in build order.
+var BuiltInNames = []string{"stdlib", "data"}
+
+// BuiltIn returns the built-in recipe called name.
+func BuiltIn(name string) (*Recipe, bool) {
+	if !slices.Contains(BuiltInNames, name) {
+		return nil, false
+	}
+	b, err := recipeFiles.ReadFile("recipes/" + name + ".json")
+	if err != nil {
+		panic("image: built-in recipe missing: " + err.Error())
+	}
+	var r Recipe
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&r); err != nil {
+		panic("image: built-in recipe " + name + ": " + err.Error())
+	}
+	return &r, true
+}
+
+// IsBuiltIn says whether name is a built-in image.
+func IsBuiltIn(name string) bool { return slices.Contains(BuiltInNames, name) }
+
+// aptName is what --apt accepts: a Debian package name, optionally pinned
+// to a version (pkg=1.2-3). Anything else could be an apt option or a
+// pattern, and the name travels through a shell hook.
+var aptName = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$`)
+
+// CheckAptName checks one --apt argument.
+func CheckAptName(p string) error {
+	if !aptName.MatchString(p) {
+		return fmt.Errorf("image: apt package %q: give a Debian package name such as python3-tabulate (optionally =VERSION)", p)
+	}
+	return nil
+}
+
+// Validate checks a recipe's fields (not the files it names).
+func (r *Recipe) Validate() error {
+	if err := wire.CheckImageName(r.Name); err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	if r.From != "" {
+		if err := wire.CheckImageName(r.From); err != nil {
+			return fmt.Errorf("image: --from: %w", err)
+		}
+		if r.From == r.Name {
+			return fmt.Errorf("image: %s cannot be built from itself: pick another --from", r.Name)
+		}
+	}
+	for _, p := range append(slices.Clone(r.Apt), r.Strip.Packages...) {
+		if err := CheckAptName(p); err != nil {
+			return err
+		}
+	}
+	for _, a := range r.Adds {
+		if err := CheckDest(a.Dest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keyInput is everything that decides an image's bytes. Display-only
+// fields (summary) are left out.
+type keyInput struct {
+	Builder    int      `json:"builder"`
+	Name       string   `json:"name"`
+	BaseDigest string   `json:"base_digest,omitempty"`
+	Sources    string   `json:"sources_sha256"`
+	Apt        []string `json:"apt"`
+	Strip      []string `json:"strip"`
+	Check      []string `json:"check"`
+	Warm       string   `json:"warm"`
+	Main       []string `json:"main"`
+	Wheels     []Wheel  `json:"wheels"`
+	Adds       []addKey `json:"adds"`
+	Epoch      int64    `json:"source_date_epoch"`
+}
+
+// addKey is an Add without where the files came from: the same content
+// at the same place makes the same image.
+type addKey struct {
+	Dest   string `json:"dest"`
+	SHA256 string `json:"sha256"`
+}
+
+// Key is the recipe's cache key: the sha256 (hex) of its canonical JSON
+// with the base image's digest and the sha256 of the apt sources file. The
+// apt and strip lists are sets: their order does not change the key.
+func (r *Recipe) Key(baseDigest, sourcesSHA256 string) string {
+	in := keyInput{
+		Builder: BuilderVersion, Name: r.Name, BaseDigest: baseDigest, Sources: sourcesSHA256,
+		Apt: sortedSet(r.Apt), Strip: sortedSet(r.Strip.Packages), Check: r.Check, Warm: r.Warm, Main: r.Main,
+		Wheels: r.Wheels, Epoch: r.SourceDateEpoch,
+	}
+	for _, a := range r.Adds {
+		in.Adds = append(in.Adds, addKey{a.Dest, a.SHA256})
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		panic(err) // plain strings and ints always marshal
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func sortedSet(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// forbiddenDest are the image paths the box mounts over: a file added
+// there would be hidden at run time.
+var forbiddenDest = []string{"/proc", "/sys", "/dev", "/tmp", "/run"}
+
+// CheckDest checks an --add destination: an absolute, clean path inside
+// the image, not the root and not under a path the box mounts over.
+func CheckDest(dest string) error {
+	switch {
+	case !strings.HasPrefix(dest, "/"):
+		return fmt.Errorf("image: --add destination %q: give an absolute path inside the image, such as /opt/tools", dest)
+	case path.Clean(dest) != dest || strings.Contains(dest, "/../") || strings.HasSuffix(dest, "/.."):
+		return fmt.Errorf("image: --add destination %q is not a clean path (no '..', '.', '//' or trailing '/')", dest)
+	case dest == "/":
+		return errors.New("image: --add destination / would replace the whole image: give a directory inside it")
+	case strings.ContainsAny(dest, "\x00\n\\"):
+		return fmt.Errorf("image: --add destination %q contains a forbidden character", dest)
+	}
+	for _, f := range forbiddenDest {
+		if dest == f || strings.HasPrefix(dest, f+"/") {
+			return fmt.Errorf("image: --add destination %q: %s is mounted over in the box, so the file would be hidden; use /opt or /usr/local", dest, f)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Attached is an image the VM attaches: its name, file and digest (hex).
+type Attached struct {
+	Name   string
+	Path   string
+	Digest string
+}
+
+// Resolve finds and verifies the images the VM should attach. With no
+// names it picks the built-in images that are built (stdlib, data).
+// Each image is checked whole (VerifyFile), so a corrupt or truncated
+// file stops the start with an error that says what to rebuild.
+func Resolve(home string, names []string) ([]Attached, error) {
+	if len(names) == 0 {
+		var err error
+		if names, err = DefaultNames(home); err != nil {
+			return nil, err
+		}
+	}
+	seen := map[string]bool{}
+	var out []Attached
+	for _, name := range names {
+		if seen[name] {
+			return nil, fmt.Errorf("image: %s is named twice", name)
+		}
+		seen[name] = true
+		p, digest, err := Lookup(home, name)
+		if err != nil {
+			return nil, err
+		}
+		if err := VerifyFile(p, digest); err != nil {
+			return nil, fmt.Errorf("image %s: %w: rebuild it with `pybox image build %s`", name, err, name)
+		}
+		out = append(out, Attached{Name: name, Path: p, Digest: digest})
+	}
+	return out, nil
+}
+
+// DefaultNames returns the built-in images that are in the store.
+func DefaultNames(home string) ([]string, error) {
+	var names []string
+	for _, n := range BuiltInNames {
+		_, err := os.Stat(Path(home, n))
+		if err == nil {
+			names = append(names, n)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: no image is built: run `make images`, or `pybox image build stdlib`", ErrNotBuilt)
+	}
+	return names, nil
+}

@@ -1,0 +1,282 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// build is one image being built in its work directory.
+type build struct {
+	b        *Builder
+	r        *Recipe
+	base     *Meta
+	key      string
+	p        *progress
+	work     string
+	tree     string
+	image    string
+	log      *os.File
+	logPath  string
+	pyver    string // e.g. 3.11.2, once python3 is in the tree
+	stripped []string
+	size     int64 // tree bytes, after trimming
+
+	warmFiles int // in WarmList
+	warmBytes int64
+}
+
+// step is one stage of a build, in the order of steps.
+type step struct {
+	name   string
+	when   func(*build) bool
+	run    func(*build, context.Context) error
+	detail func(*build) string
+}
+
+func always(*build) bool     { return true }
+func layered(bd *build) bool { return bd.r.From != "" }
+
+var steps = []step{
+	{"base", layered, (*build).extractBase,
+		func(bd *build) string { return "unpack " + bd.r.From + " " + bd.base.Digest[:12] }},
+	{"bootstrap", func(bd *build) bool { return bd.r.From == "" }, (*build).bootstrap,
+		func(bd *build) string { return "mmdebstrap essential + " + strings.Join(bd.r.Apt, " ") }},
+	{"apt", func(bd *build) bool { return bd.r.From != "" && len(bd.r.Apt) > 0 }, (*build).aptLayer,
+		func(bd *build) string { return strings.Join(bd.r.Apt, " ") }},
+	{"strip", func(bd *build) bool { return len(bd.r.Strip.Packages) > 0 }, (*build).strip,
+		func(bd *build) string {
+			return strconv.Itoa(len(bd.r.Strip.Packages)) + " packages a runtime does not need"
+		}},
+	{"wheels", func(bd *build) bool { return len(bd.r.Wheels) > 0 }, (*build).installWheels,
+		func(bd *build) string { return strconv.Itoa(len(bd.r.Wheels)) + " pure-Python wheels, no network" }},
+	{"add", func(bd *build) bool { return len(bd.r.Adds) > 0 }, (*build).copyAdds,
+		func(bd *build) string { return strconv.Itoa(len(bd.r.Adds)) + " local files or directories" }},
+	{"compile", always, (*build).compile,
+		func(*build) string { return "byte-compile, unchecked-hash .pyc (the image is read-only)" }},
+	{"fontcache", always, (*build).fontCache,
+		func(*build) string { return "matplotlib's font cache into " + mplConfigDir }},
+	{"check", always, (*build).check,
+		func(bd *build) string { return strconv.Itoa(len(bd.checks())) + " checks" }},
+	{"warm", always, (*build).warm,
+		func(*build) string { return "list the files a first run reads, for warming at VM start" }},
+	{"trim", always, (*build).trim,
+		func(*build) string { return "docs, apt lists and caches, logs, setuid bits" }},
+	{"pack", always, (*build).pack,
+		func(*build) string { return "mkfs.erofs lz4hc" }},
+}
+
+// mplConfigDir holds matplotlib's prebuilt font cache in the image; the
+// box copies its files into MPLCONFIGDIR=/tmp/.config/matplotlib.
+const mplConfigDir = "/usr/share/pybox/mplconfig"
+
+func (b *Builder) newBuild(r *Recipe, base *Meta, key string, p *progress) (*build, error) {
+	work := filepath.Join(b.workRoot(), key[:16])
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	logs := filepath.Join(b.Cache, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	logPath := filepath.Join(logs, r.Name+".log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	fmt.Fprintf(log, "pybox image build %s, key %s, %s\n", r.Name, key, time.Now().Format(time.RFC3339))
+	return &build{
+		b: b, r: r, base: base, key: key, p: p, work: work, log: log, logPath: logPath,
+		tree: filepath.Join(work, "tree"), image: filepath.Join(work, ImageFile),
+	}, nil
+}
+
+// close removes the work directory (mounts first) whatever happened.
+func (bd *build) close() {
+	if err := removeTree(bd.work); err != nil {
+		bd.p.Say("%v", err)
+	}
+	bd.log.Close()
+}
+
+// run runs the steps, then describes the result.
+func (bd *build) run(ctx context.Context) (*Meta, error) {
+	all := bd.b.steps
+	if all == nil {
+		all = steps
+	}
+	var todo []step
+	for _, s := range all {
+		if s.when(bd) {
+			todo = append(todo, s)
+		}
+	}
+	for i, s := range todo {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		bd.p.Stage(i+1, len(todo), s.name, s.detail(bd))
+		fmt.Fprintf(bd.log, "\n=== %s\n", s.name)
+		t := time.Now()
+		if err := s.run(bd, ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		fmt.Fprintf(bd.log, "=== %s done in %s\n", s.name, time.Since(t).Round(time.Millisecond))
+	}
+	return bd.meta()
+}
+
+func (bd *build) epoch() string { return strconv.FormatInt(bd.r.SourceDateEpoch, 10) }
+
+// hostEnv is the environment of mmdebstrap: this process's (it may carry
+// a proxy) plus the build's own.
+func (bd *build) hostEnv(extra ...string) []string {
+	env := append(os.Environ(), "SOURCE_DATE_EPOCH="+bd.epoch(), "PYBOX_DEBS="+bd.b.debs())
+	return append(env, extra...)
+}
+
+// chrootEnv is the environment of programs run inside the tree: nothing
+// from this machine, and no byte-code writes except compileall's own.
+func (bd *build) chrootEnv(extra ...string) []string {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "HOME=/nonexistent",
+		"PYTHONDONTWRITEBYTECODE=1", "SOURCE_DATE_EPOCH=" + bd.epoch(), "DEBIAN_FRONTEND=noninteractive",
+	}
+	return append(env, extra...)
+}
+
+// inTree runs a program inside the tree.
+func (bd *build) inTree(ctx context.Context, onLine func(string), env []string, path string, args ...string) error {
+	return run(ctx, bd.log, command{path: path, args: args, env: env, chroot: bd.tree, onLine: onLine})
+}
+
+// extractBase unpacks the base image into the tree.
+func (bd *build) extractBase(ctx context.Context) error {
+	src := Path(bd.b.Home, bd.r.From)
+	return run(ctx, bd.log, command{path: "fsck.erofs", args: []string{"--extract=" + bd.tree, src}})
+}
+
+// bootstrap makes the tree with mmdebstrap: the essential set and the
+// recipe's packages.
+func (bd *build) bootstrap(ctx context.Context) error {
+	return bd.mmdebstrap(ctx, bootstrapArgs(bd.tree, bd.b.sources(), bd.r.Apt))
+}
+
+// aptLayer installs the recipe's packages into the base's tree.
+func (bd *build) aptLayer(ctx context.Context) error {
+	return bd.mmdebstrap(ctx, layerArgs(bd.tree, bd.b.sources()),
+		"PYBOX_APT="+strings.Join(bd.r.Apt, " "), "PYBOX_STRIPPED="+strings.Join(bd.base.Stripped, " "))
+}
+
+func (bd *build) mmdebstrap(ctx context.Context, args []string, env ...string) error {
+	if err := os.MkdirAll(bd.b.debs(), 0o755); err != nil {
+		return err
+	}
+	c := &aptCounter{onChange: func(s string) { bd.p.Status("%s", s) }}
+	err := run(ctx, bd.log, command{path: "mmdebstrap", args: args, env: bd.hostEnv(env...), onLine: c.line})
+	if err != nil && len(c.notFound) > 0 {
+		return fmt.Errorf("apt has no package %s: check the name with `apt-cache policy NAME`", strings.Join(c.notFound, ", "))
+	}
+	if err == nil {
+		bd.p.Status("%d packages set up", c.setUp)
+	}
+	return err
+}
+
+// strip purges the recipe's strip list with dpkg and installs a stand-in
+// package that provides them (see Strip).
+func (bd *build) strip(ctx context.Context) error {
+	installed, err := installedPackages(bd.tree)
+	if err != nil {
+		return err
+	}
+	versions := packageMap(installed)
+	var gone []Package
+	var names []string
+	for _, n := range sortedSet(bd.r.Strip.Packages) {
+		if v, ok := versions[n]; ok {
+			gone = append(gone, Package{Name: n, Version: v})
+			names = append(names, n)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	bd.p.Status("purging %d packages", len(gone))
+	purge := append([]string{"--purge", "--force-depends"}, names...)
+	if err := bd.inTree(ctx, nil, bd.chrootEnv(), "/usr/bin/dpkg", purge...); err != nil {
+		return err
+	}
+	pkg := "pybox-stripped-" + strings.ReplaceAll(bd.r.Name, "_", "-")
+	dir := filepath.Join(bd.tree, "tmp", pkg)
+	if err := os.MkdirAll(filepath.Join(dir, "DEBIAN"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "DEBIAN", "control"), strippedControl(pkg, gone), 0o644); err != nil {
+		return err
+	}
+	in := "/tmp/" + pkg
+	for _, args := range [][]string{
+		{"/usr/bin/dpkg-deb", "--build", "--root-owner-group", in, in + ".deb"},
+		{"/usr/bin/dpkg", "--install", in + ".deb"},
+		{"/usr/bin/dpkg", "--audit"},
+	} {
+		if err := bd.inTree(ctx, nil, bd.chrootEnv(), args[0], args[1:]...); err != nil {
+			return err
+		}
+	}
+	bd.stripped = names
+	bd.p.Status("%d packages purged, provided by %s", len(gone), pkg)
+	return nil
+}
+
+// installWheels unpacks the recipe's wheels into /usr/local.
+func (bd *build) installWheels(ctx context.Context) error {
+	minor, err := bd.pyMinor(ctx)
+	if err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(bd.tree)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for i, w := range bd.r.Wheels {
+		if sum, err := fileSHA256(w.Path); err != nil || sum != w.SHA256 {
+			return fmt.Errorf("wheel %s changed or went away since the build started: run the build again", w.Path)
+		}
+		wh, err := openWheel(w.Path)
+		if err != nil {
+			return err
+		}
+		err = wh.install(root, localScheme(minor))
+		wh.Close()
+		if err != nil {
+			return err
+		}
+		bd.p.Status("%d/%d wheels installed", i+1, len(bd.r.Wheels))
+	}
+	return nil
+}
+
+// copyAdds copies the recipe's local files into the tree.
+func (bd *build) copyAdds(ctx context.Context) error {
+	root, err := os.OpenRoot(bd.tree)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, a := range bd.r.Adds {
+		if sum, err := treeSHA256(a.Src); err != nil || sum != a.SHA256 {
+			return fmt.Errorf("%s changed or went away since the build started: run the build again", a.Src)
+		}
+		if err := copyAdd(root, a); err != nil {
+			return fmt.Errorf("--add %s:%s: %w", a.Src, a.Dest, err)
+		}
+	}
+	return nil
+}
