@@ -21,6 +21,10 @@ echo "== unit tests"
   grep -vE '^(=== (RUN|PAUSE|CONT)|\s*--- PASS)' || true
 [ "$(cat "$log.rc")" = 0 ] || status=1
 rm -f "$log.rc"
+echo "== every fuzz target, briefly (make fuzz runs them longer)"
+{ scripts/fuzz.sh "${FUZZTIME:-3s}"; echo $? > "$log.rc"; } 2>&1 | tee -a "$log" | grep -E '^(==|FAIL|---|ok|\s+\S+_test.go)' || true
+[ "$(cat "$log.rc")" = 0 ] || { status=1; echo "--- FAIL: a fuzz target failed" >> "$log"; }
+rm -f "$log.rc"
 echo "== end-to-end tests (real kernel, initramfs, images and QEMU)"
 go test -count=1 -p 1 -timeout 60m -v "$e2e" 2>&1 | tee -a "$log.e2e" || status=1
 cat "$log.e2e" >> "$log"; rm -f "$log.e2e"
