@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run every fuzz target for a while: scripts/fuzz.sh [TIME per target].
+# New inputs that fail are written to the package's testdata/fuzz/ and so
+# become part of the seed corpus that every `go test` runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 time=${1:-60s}
-for pkg in $(go list ./...); do
-  for target in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
-    echo "== $pkg $target ($time)"
-    go test -run '^$' -fuzz "^$target\$" -fuzztime "$time" "$pkg"
-  done
+grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sort | while IFS=: read -r file fn; do
+  target=${fn#func }
+  pkg=./$(dirname "${file#./}")
+  echo "== $pkg $target ($time)"
+  go test -run '^$' -fuzz "^$target\$" -fuzztime "$time" "$pkg"
 done

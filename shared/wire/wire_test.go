@@ -147,3 +147,24 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckFileName: every name CheckFileName accepts is a plain name,
+// never a path, never a control character, and unique only up to case.
+func FuzzCheckFileName(f *testing.F) {
+	for _, s := range []string{"a.csv", "..", "a/b", `a\b`, "a\x00", "\u0085", "\xff", "ünï"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if CheckFileName(name) != nil {
+			return
+		}
+		if name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") || !utf8.ValidString(name) || len(name) > MaxFileNameBytes {
+			t.Fatalf("CheckFileName accepted %q", name)
+		}
+		for _, r := range name {
+			if r < 0x20 || (r >= 0x7f && r < 0xa0) {
+				t.Fatalf("CheckFileName accepted %q with a control character", name)
+			}
+		}
+	})
+}
