@@ -27,24 +27,7 @@ var imageCommands = map[string]*command{
 	"rm":      {name: "rm", summary: "remove images from the store", run: imageRemove},
 }
 
-func imageMain(args []string) int {
-	if len(args) == 0 {
-		imageUsage(os.Stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		imageUsage(os.Stdout)
-		return exitOK
-	}
-	c := imageCommands[args[0]]
-	if c == nil {
-		fmt.Fprintf(os.Stderr, "pybox: unknown command \"image %s\"\n\n", args[0])
-		imageUsage(os.Stderr)
-		return exitUsage
-	}
-	return c.run(args[1:])
-}
+func imageMain(args []string) int { return subcommand("image", imageCommands, imageUsage, args) }
 
 func imageUsage(w *os.File) {
 	fmt.Fprint(w, `usage: pybox image COMMAND [flags]

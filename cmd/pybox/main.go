@@ -65,6 +65,28 @@ func dispatch(args []string) int {
 	return c.run(args[1:])
 }
 
+// subcommand runs one command of a group such as `pybox vm`, or prints
+// the group's usage: to stdout when asked, to stderr with exit 2 when the
+// command is missing or unknown.
+func subcommand(group string, cmds map[string]*command, usage func(*os.File), args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(os.Stdout)
+		return exitOK
+	}
+	c := cmds[args[0]]
+	if c == nil {
+		fmt.Fprintf(os.Stderr, "pybox: unknown command \"%s %s\"\n\n", group, args[0])
+		usage(os.Stderr)
+		return exitUsage
+	}
+	return c.run(args[1:])
+}
+
 func usage(w io.Writer) {
 	fmt.Fprint(w, "usage: pybox COMMAND [flags]\n\nPyBox runs Python programs in fresh sealed boxes inside a local VM.\n\ncommands:\n")
 	printCommands(w, commands)

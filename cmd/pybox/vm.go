@@ -34,24 +34,7 @@ var vmCommands = map[string]*command{
 
 const supervisorCommand = "_supervise"
 
-func vmMain(args []string) int {
-	if len(args) == 0 {
-		vmUsage(os.Stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		vmUsage(os.Stdout)
-		return exitOK
-	}
-	c := vmCommands[args[0]]
-	if c == nil {
-		fmt.Fprintf(os.Stderr, "pybox: unknown command \"vm %s\"\n\n", args[0])
-		vmUsage(os.Stderr)
-		return exitUsage
-	}
-	return c.run(args[1:])
-}
+func vmMain(args []string) int { return subcommand("vm", vmCommands, vmUsage, args) }
 
 func vmUsage(w *os.File) {
 	fmt.Fprint(w, "usage: pybox vm COMMAND [flags]\n\nThe VM runs in the background, owned by a supervisor process; PyBox runs every program inside it.\n\ncommands:\n")
