@@ -18,6 +18,9 @@ packages=(
   mmdebstrap erofs-utils squashfs-tools
   # the seccomp policy compiler (cgo, build time only)
   libseccomp-dev pkg-config
+  # make bench: the alternatives PyBox is measured against, and the host
+  # floor's pandas
+  bubblewrap runsc python3-pandas
 )
 # The TypeScript MCP client used by the end-to-end tests needs Node.js and
 # npm; a machine that already has them (from any source) keeps its own.

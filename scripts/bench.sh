@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `make bench`: PyBox and the alternatives a user would pick instead
+# (bare python3, bubblewrap, gVisor, Pyodide, a fresh VM per call), timed
+# side by side in one run by BenchmarkReport (cmd/pybox/bench_e2e_test.go).
+# Writes build/bench/results.md and build/bench/results.json.
+#
+# Knobs (environment): BENCH_RUNS (samples per figure, default 7),
+# BENCH_BOOTS (3), BENCH_CALLS (sequential calls for throughput and drift,
+# 100; the issue's 500 takes about 6 more minutes under TCG),
+# BENCH_PLOT_RUNS (matplotlib PNG calls, 2), BENCH_PANDAS_RUNS (5).
+# The defaults take about 10 minutes under TCG on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=${BENCH_OUT:-$PWD/build/bench}
+mkdir -p "$out"
+export BENCH_OUT=$out
+
+# The bench boots one VM at a time; it needs what the e2e suite needs
+# (kernel, initramfs, QEMU, the stdlib and data images) and says which
+# alternative it could not run rather than failing.
+for tool in bwrap runsc node; do
+  command -v "$tool" >/dev/null || echo "bench: no $tool: its row will say skipped (run \`make deps\`)" >&2
+done
+
+set +e
+go test -count=1 -run '^$' -bench '^BenchmarkReport$' -benchtime=1x -timeout 60m -v ./cmd/pybox 2>&1 |
+  tee "$out/bench.log"
+rc=${PIPESTATUS[0]}
+set -e
+[ "$rc" = 0 ] || { echo "bench: failed (exit $rc), see $out/bench.log" >&2; exit 1; }
+echo "bench: wrote $out/results.md and $out/results.json"
+cat "$out/results.md"
