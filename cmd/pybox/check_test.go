@@ -2,46 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"pybox/host/paths"
 )
-
-// linkImages gives e's fresh home the named images of the user's image
-// store (where `make images` put them), as links: they are hundreds of
-// MiB, and the VM only reads them. Missing images stop the test: a skip
-// with the fix, or a failure in CI.
-func linkImages(t testing.TB, e *vmEnv, names ...string) {
-	t.Helper()
-	home, err := paths.Home()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := paths.ImagesDir(home)
-	dst := paths.ImagesDir(e.home)
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		for _, f := range []string{"image.erofs", "meta.json"} {
-			if _, err := os.Stat(filepath.Join(src, n, f)); err != nil {
-				msg := fmt.Sprintf("no image %s in %s: build the images with `make images` (they go to $PYBOX_HOME/images)", n, src)
-				if os.Getenv("CI") == "true" {
-					t.Fatal(msg)
-				}
-				t.Skip(msg)
-			}
-		}
-		if err := os.Symlink(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // `pybox check` against the real `pybox mcp` and a real VM: every check
 // passes, and a server started with other options than the check's is
