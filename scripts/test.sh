@@ -21,6 +21,11 @@ echo "== unit tests"
   grep -vE '^(=== (RUN|PAUSE|CONT)|\s*--- PASS)' || true
 [ "$(cat "$log.rc")" = 0 ] || status=1
 rm -f "$log.rc"
+echo "== the benchmark build's seal switch (make bench-guest; never shipped)"
+{ go test -count=1 -tags pyboxbench -run 'Seal' -v ./guest/box ./guest/agent; echo $? > "$log.rc"; } 2>&1 | tee -a "$log" |
+  grep -vE '^(=== (RUN|PAUSE|CONT)|\s*--- PASS)' || true
+[ "$(cat "$log.rc")" = 0 ] || status=1
+rm -f "$log.rc"
 echo "== every fuzz target, briefly (make fuzz runs them longer)"
 { scripts/fuzz.sh "${FUZZTIME:-3s}"; echo $? > "$log.rc"; } 2>&1 | tee -a "$log" | grep -E '^(==|FAIL|---|ok|\s+\S+_test.go)' || true
 [ "$(cat "$log.rc")" = 0 ] || { status=1; echo "--- FAIL: a fuzz target failed" >> "$log"; }

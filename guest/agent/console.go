@@ -15,19 +15,24 @@ import (
 
 const prompt = "pybox> "
 
-// commands are the console prompt's commands, in the order help lists
-// them.
-var commands = []struct {
+// command is one of the console prompt's commands. Most take no
+// arguments (do); one that does has withArgs instead.
+type command struct {
 	name, help string
 	do         func(a *Agent, w io.Writer)
-}{
-	{"help", "this list", nil}, // answered by Command: it lists this table
-	{"status", "version, health, the current run, the agent's own resources", (*Agent).cmdStatus},
-	{"mounts", "the mount table", (*Agent).cmdMounts},
-	{"cgroups", "the agent's and the runs' cgroups with their memory and pids", (*Agent).cmdCgroups},
-	{"runs", "the current run and the last finished ones", (*Agent).cmdRuns},
-	{"last", "the last receipt, as JSON", (*Agent).cmdLast},
-	{"log", "the agent's recent log lines", (*Agent).cmdLog},
+	withArgs   func(a *Agent, w io.Writer, args []string)
+}
+
+// commands are the console prompt's commands, in the order help lists
+// them.
+var commands = []command{
+	{name: "help", help: "this list"}, // answered by Command: it lists this table
+	{name: "status", help: "version, health, the current run, the agent's own resources", do: (*Agent).cmdStatus},
+	{name: "mounts", help: "the mount table", do: (*Agent).cmdMounts},
+	{name: "cgroups", help: "the agent's and the runs' cgroups with their memory and pids", do: (*Agent).cmdCgroups},
+	{name: "runs", help: "the current run and the last finished ones", do: (*Agent).cmdRuns},
+	{name: "last", help: "the last receipt, as JSON", do: (*Agent).cmdLast},
+	{name: "log", help: "the agent's recent log lines", do: (*Agent).cmdLog},
 }
 
 // Console runs the prompt on the serial console: a line in, a plain text
@@ -43,19 +48,26 @@ func (a *Agent) Console(in io.Reader, out io.Writer) error {
 
 // Command answers one console line.
 func (a *Agent) Command(line string, w io.Writer) {
-	name := strings.TrimSpace(line)
-	if name == "" {
+	fields := strings.Fields(line)
+	if len(fields) == 0 {
 		return
 	}
+	name, args := fields[0], fields[1:]
 	for _, c := range commands {
-		if c.name == name && c.do == nil {
+		if c.name != name {
+			continue
+		}
+		switch {
+		case c.withArgs != nil:
+			c.withArgs(a, w, args)
+		case len(args) > 0:
+			fmt.Fprintf(w, "%s takes no arguments\n", name)
+		case c.do == nil:
 			cmdHelp(w)
-			return
-		}
-		if c.name == name {
+		default:
 			c.do(a, w)
-			return
 		}
+		return
 	}
 	fmt.Fprintf(w, "unknown command %q: type help\n", name)
 }
@@ -97,6 +109,7 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	fmt.Fprintf(tw, "goroutines\t%d\n", runtime.NumGoroutine())
 	fmt.Fprintf(tw, "open fds\t%s\n", a.countFDs())
 	fmt.Fprintf(tw, "go heap\t%d KiB in use, %d KiB from the OS\n", ms.HeapInuse>>10, ms.Sys>>10)
+	fmt.Fprintf(tw, "memory\t%s\n", a.rss())
 	fmt.Fprintf(tw, "cgroup\t%s\n", a.cgroupLine("sys/fs/cgroup/agent"))
 	tw.Flush()
 }
@@ -111,6 +124,31 @@ func (a *Agent) countFDs() string {
 	}
 	// ReadDir itself holds one fd open while it reads.
 	return fmt.Sprint(len(ents) - 1)
+}
+
+// rss reads the agent's resident memory from its own status file: the
+// current and the peak resident set, and the part that is anonymous
+// (heap and stacks, not the binary's pages).
+func (a *Agent) rss() string {
+	if a.cfg.Files == nil {
+		return "unknown"
+	}
+	b, err := fs.ReadFile(a.cfg.Files, "proc/self/status")
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	kib := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			if f := strings.Fields(v); len(f) == 2 && f[1] == "kB" {
+				kib[k] = f[0]
+			}
+		}
+	}
+	if kib["VmRSS"] == "" {
+		return "unknown: no VmRSS in proc/self/status"
+	}
+	return fmt.Sprintf("rss %s KiB (peak %s KiB, anonymous %s KiB)", kib["VmRSS"], kib["VmHWM"], kib["RssAnon"])
 }
 
 func (a *Agent) cmdMounts(w io.Writer) { a.cat(w, "proc/self/mounts") }

@@ -15,6 +15,7 @@ func consoleAgent(t *testing.T) *Agent {
 		"proc/self/mounts":                  {Data: []byte("proc /proc proc rw 0 0\n")},
 		"proc/self/fd/0":                    {},
 		"proc/self/fd/1":                    {},
+		"proc/self/status":                  {Data: []byte("Name:\tinit\nVmHWM:\t    6144 kB\nVmRSS:\t    5120 kB\nRssAnon:\t    2048 kB\nThreads:\t5\n")},
 		"sys/fs/cgroup/agent/cgroup.procs":  {Data: []byte("1\n")},
 		"sys/fs/cgroup/agent/memory.low":    {Data: []byte("67108864\n")},
 		"sys/fs/cgroup/runs/r1/pids.max":    {Data: []byte("128\n")},
@@ -33,15 +34,17 @@ func answer(a *Agent, cmd string) string {
 func TestConsoleCommands(t *testing.T) {
 	a := consoleAgent(t)
 	for cmd, want := range map[string][]string{
-		"help":    {"status", "mounts", "cgroups", "runs", "last", "log"},
-		"status":  {Version, "6.1.0-test", "healthy", "stdlib", "nothing", "goroutines", "procs=1 memory.low=67108864"},
-		"mounts":  {"proc /proc proc"},
-		"cgroups": {"/sys/fs/cgroup/agent", "/sys/fs/cgroup/runs/r1", "memory.peak=1000 pids.max=128"},
-		"runs":    {"RUN", "IMAGE", "STATUS"},
-		"last":    {"no run has finished yet"},
-		"log":     {"first\n", "second\n"},
-		" help ":  {"status"},
-		"reboot":  {`unknown command "reboot": type help`},
+		"help": {"status", "mounts", "cgroups", "runs", "last", "log"},
+		"status": {Version, "6.1.0-test", "healthy", "stdlib", "nothing", "goroutines", "procs=1 memory.low=67108864",
+			"rss 5120 KiB (peak 6144 KiB, anonymous 2048 KiB)"},
+		"mounts":   {"proc /proc proc"},
+		"cgroups":  {"/sys/fs/cgroup/agent", "/sys/fs/cgroup/runs/r1", "memory.peak=1000 pids.max=128"},
+		"runs":     {"RUN", "IMAGE", "STATUS"},
+		"last":     {"no run has finished yet"},
+		"log":      {"first\n", "second\n"},
+		" help ":   {"status"},
+		"reboot":   {`unknown command "reboot": type help`},
+		"status x": {"status takes no arguments"},
 	} {
 		got := answer(a, cmd)
 		for _, w := range want {

@@ -212,6 +212,7 @@ func (rn *run) execute(ctx context.Context) {
 		Argv: []string{"python3", "-I", "-B", "-c", rn.req.Code}, Env: programEnv(),
 		AgentNS: b.agentNS, UID: programID, GID: programID,
 	}
+	cfg.SkipPosture, cfg.SkipSeccomp = b.skips()
 	cgfd := -1
 	if rn.cg != nil {
 		cgfd = rn.cg.fd

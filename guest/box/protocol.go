@@ -2,7 +2,11 @@
 
 package box
 
-import "pybox/shared/wire"
+import (
+	"errors"
+
+	"pybox/shared/wire"
+)
 
 // Descriptors box-init is started with, beside stdin, stdout and stderr.
 const (
@@ -30,6 +34,23 @@ type childConfig struct {
 	AgentNS map[string]uint64 `json:"agent_ns"` // the agent's namespace inodes, by /proc/self/ns name
 	UID     int               `json:"uid"`
 	GID     int               `json:"gid"`
+
+	// The benchmark build only (seal_bench.go): leave out the posture
+	// check, or the check and the seccomp filter. Any other build's
+	// box-init refuses a configuration with either set.
+	SkipPosture bool `json:"skip_posture,omitempty"`
+	SkipSeccomp bool `json:"skip_seccomp,omitempty"`
+}
+
+// check says what is wrong with a configuration box-init was given.
+func (c childConfig) check() error {
+	if c.Root == "" || c.Staging == "" || len(c.Argv) == 0 || c.UID == 0 || c.GID == 0 {
+		return errors.New("incomplete configuration")
+	}
+	if (c.SkipPosture || c.SkipSeccomp) && !benchBuild {
+		return errors.New("this build seals every box: skip_posture and skip_seccomp exist only in the benchmark build")
+	}
+	return nil
 }
 
 // report is one line box-init writes on reportFD: its posture, the step
