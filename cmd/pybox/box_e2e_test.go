@@ -71,32 +71,23 @@ func boxVM(t *testing.T) *vmEnv {
 }
 
 // startBoxVM boots the shared VM with the stdlib image. Its home is a
-// temporary directory whose images/ is a link to the real image store
-// (the one `pybox image build` fills), so nothing is copied.
+// temporary directory whose store links to the user's stdlib image (the
+// one `make images` built), so nothing is copied.
 func startBoxVM(t *testing.T) {
 	// Until the VM answers, later tests see why it did not.
 	sharedVM.err = fmt.Errorf("the shared VM did not start: see the log of %s", t.Name())
 	k, i := guestArtifactsForTest(t)
-	// The store `pybox image build` fills, found the way host/image
-	// finds it: $PYBOX_HOME/images, by default ~/.local/share/pybox/images.
-	realHome, err := paths.Home()
-	if err != nil {
-		sharedVM.err = err
-		return
-	}
-	store := paths.ImagesDir(realHome)
-	_, digest, err := image.Lookup(realHome, "stdlib")
-	if err != nil {
-		sharedVM.skip, sharedVM.err = fmt.Sprintf("the box suite needs the stdlib image in %s: %v", store, err), nil
-		return
-	}
-	sharedVM.digest = digest
 	home, err := os.MkdirTemp("", "pybox-box")
 	if err != nil {
 		sharedVM.err = err
 		return
 	}
-	if err := os.Symlink(store, paths.ImagesDir(home)); err != nil {
+	missing, err := linkImagesInto(home, "stdlib")
+	if err != nil || missing != "" {
+		sharedVM.skip, sharedVM.err = missing, err
+		return
+	}
+	if _, sharedVM.digest, err = image.Lookup(home, "stdlib"); err != nil {
 		sharedVM.err = err
 		return
 	}
@@ -369,6 +360,7 @@ type agentStats struct {
 	HeapFromOS  int64 // KiB: the Go runtime's high-water mark, never shrinks
 	CgroupMem   int64 // bytes: the agent cgroup's memory.current
 	CgroupPids  int   // the agent's threads
+	RSS         int64 // KiB: the agent's resident set (VmRSS)
 	Running     string
 	Mounts      []string // the agent's mount table, one line per mount
 	Cgroups     []string // the cgroups under /sys/fs/cgroup the agent shows
@@ -376,17 +368,19 @@ type agentStats struct {
 }
 
 func (a *agentStats) String() string {
-	return fmt.Sprintf("goroutines %d, open fds %d, Go heap %d KiB in use and %d KiB from the OS, cgroup memory %d KiB, threads %d, %d mounts, cgroups %v",
-		a.Goroutines, a.FDs, a.HeapInUse, a.HeapFromOS, a.CgroupMem>>10, a.CgroupPids, len(a.Mounts), a.Cgroups)
+	return fmt.Sprintf("goroutines %d, open fds %d, Go heap %d KiB in use and %d KiB from the OS, resident %d KiB, cgroup memory %d KiB, threads %d, %d mounts, cgroups %v",
+		a.Goroutines, a.FDs, a.HeapInUse, a.HeapFromOS, a.RSS, a.CgroupMem>>10, a.CgroupPids, len(a.Mounts), a.Cgroups)
 }
 
 var (
 	reGoroutines = regexp.MustCompile(`(?m)^goroutines\s+(\d+)`)
 	reFDs        = regexp.MustCompile(`(?m)^open fds\s+(\d+)`)
 	reHeap       = regexp.MustCompile(`(?m)^go heap\s+(\d+) KiB in use, (\d+) KiB from the OS`)
-	reCgroupMem  = regexp.MustCompile(`(?m)^cgroup\s+.*memory\.current=(\d+)`)
-	reCgroupPids = regexp.MustCompile(`(?m)^cgroup\s+.*pids\.current=(\d+)`)
-	reRunning    = regexp.MustCompile(`(?m)^running\s+(.*)$`)
+	// The agent's resident set: current, peak and anonymous, in KiB.
+	reAgentMemory = regexp.MustCompile(`(?m)^memory\s+rss (\d+) KiB \(peak (\d+) KiB, anonymous (\d+) KiB\)`)
+	reCgroupMem   = regexp.MustCompile(`(?m)^cgroup\s+.*memory\.current=(\d+)`)
+	reCgroupPids  = regexp.MustCompile(`(?m)^cgroup\s+.*pids\.current=(\d+)`)
+	reRunning     = regexp.MustCompile(`(?m)^running\s+(.*)$`)
 )
 
 // readAgent reads the agent's status, mounts and cgroups.
@@ -405,6 +399,7 @@ func readAgent(t testing.TB, home string) *agentStats {
 	a.Goroutines, a.FDs = int(num(reGoroutines, 1)), int(num(reFDs, 1))
 	a.HeapInUse, a.HeapFromOS = num(reHeap, 1), num(reHeap, 2)
 	a.CgroupMem, a.CgroupPids = num(reCgroupMem, 1), int(num(reCgroupPids, 1))
+	a.RSS = num(reAgentMemory, 1)
 	if g := reRunning.FindStringSubmatch(st); g != nil {
 		a.Running = strings.TrimSpace(g[1])
 	}

@@ -536,27 +536,39 @@ func TestVMHangingKVMFallsBack(t *testing.T) {
 // with the fix, or a failure in CI.
 func linkImages(t testing.TB, e *vmEnv, names ...string) {
 	t.Helper()
-	home, err := paths.Home()
-	if err != nil {
+	missing, err := linkImagesInto(e.home, names...)
+	switch {
+	case err != nil:
 		t.Fatal(err)
+	case missing != "" && os.Getenv("CI") == "true":
+		t.Fatal(missing)
+	case missing != "":
+		t.Skip(missing)
 	}
-	src := paths.ImagesDir(home)
-	dst := paths.ImagesDir(e.home)
+}
+
+// linkImagesInto links the named images of the user's image store into
+// home's store. missing says which image is not built, and how to build
+// it; err is anything else that went wrong.
+func linkImagesInto(home string, names ...string) (missing string, err error) {
+	userHome, err := paths.Home()
+	if err != nil {
+		return "", err
+	}
+	src := paths.ImagesDir(userHome)
+	dst := paths.ImagesDir(home)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	for _, n := range names {
 		for _, f := range []string{"image.erofs", "meta.json"} {
 			if _, err := os.Stat(filepath.Join(src, n, f)); err != nil {
-				msg := fmt.Sprintf("no image %s in %s: build the images with `make images` (they go to $PYBOX_HOME/images)", n, src)
-				if os.Getenv("CI") == "true" {
-					t.Fatal(msg)
-				}
-				t.Skip(msg)
+				return fmt.Sprintf("no image %s in %s: build the images with `make images` (they go to $PYBOX_HOME/images)", n, src), nil
 			}
 		}
 		if err := os.Symlink(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 	}
+	return "", nil
 }
