@@ -6,9 +6,14 @@
 #
 # Knobs (environment): BENCH_RUNS (samples per figure, default 7),
 # BENCH_BOOTS (3), BENCH_CALLS (sequential calls for throughput and drift,
-# 100; the issue's 500 takes about 6 more minutes under TCG),
-# BENCH_PLOT_RUNS (matplotlib PNG calls, 2), BENCH_PANDAS_RUNS (5).
-# The defaults take about 10 minutes under TCG on 2 cores.
+# 500), BENCH_PLOT_RUNS (matplotlib PNG calls, 2), BENCH_PANDAS_RUNS (5),
+# BENCH_ONLY (a comma-separated subset of alternatives, boots, vm,
+# hardening), BENCH_DROP_CACHES=0 (keep the host page cache before the
+# cold boots; by default they drop it, which needs root).
+# BENCH_INITRAMFS is the benchmark build of the agent (make bench-guest),
+# whose console can switch off the posture check and the seccomp filter;
+# `make bench` sets it, and without it the hardening part says skipped.
+# The defaults take about 15 minutes under TCG on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

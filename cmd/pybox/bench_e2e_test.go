@@ -11,6 +11,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -20,9 +21,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +43,17 @@ type benchKnobs struct {
 	Calls     int `json:"calls"`      // BENCH_CALLS: sequential calls in the long-life/throughput run
 	PlotRuns  int `json:"plot_runs"`  // BENCH_PLOT_RUNS: matplotlib PNG calls (15 s each under TCG)
 	PandasAlt int `json:"pandas_alt"` // BENCH_PANDAS_RUNS: pandas samples per alternative
+	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
+	// boots, vm, hardening); empty runs them all.
+	Only string `json:"only,omitempty"`
+}
+
+// benchParts are the bench's parts, in the order they run.
+var benchParts = []string{"alternatives", "boots", "vm", "hardening"}
+
+// runs says whether the part is in this run.
+func (k benchKnobs) runs(part string) bool {
+	return k.Only == "" || slices.Contains(strings.Split(k.Only, ","), part)
 }
 
 func envInt(name string, def int) int {
@@ -53,9 +67,10 @@ func readKnobs() benchKnobs {
 	return benchKnobs{
 		Runs:      envInt("BENCH_RUNS", 7),
 		Boots:     envInt("BENCH_BOOTS", 3),
-		Calls:     envInt("BENCH_CALLS", 100),
+		Calls:     envInt("BENCH_CALLS", 500),
 		PlotRuns:  envInt("BENCH_PLOT_RUNS", 2),
 		PandasAlt: envInt("BENCH_PANDAS_RUNS", 5),
+		Only:      os.Getenv("BENCH_ONLY"),
 	}
 }
 
@@ -160,14 +175,23 @@ func BenchmarkReport(b *testing.B) {
 		Machine: hostFacts(), Images: map[string]any{}, Skipped: map[string]string{}}
 	b.Logf("knobs %+v; writing to %s", k, out)
 
-	r.Skipped["posture check and seccomp filter, with against without (issue 7)"] = "not measured: the guest has no switch to run a box without them, and the receipt does not time the posture check; it needs a guest debug knob"
 	r.Skipped["effect of image warming (issue 4)"] = "not measured apart: the agent always warms the images before its hello, so every boot figure includes warming; the first pandas call after boot is the cold figure"
 	r.Notes = append(r.Notes,
-		"Cold boot means the first boot of this bench run; the host page cache is not dropped, so the kernel, initramfs and images may be cached from earlier use. Cold pandas means the first `import pandas` after boot, after the agent's own warming.",
+		"Cold boot means the first boot of this bench run with that image set (the notes below say whether the host page cache was dropped first). Cold pandas means the first `import pandas` after boot, after the agent's own warming.",
 		"Under TCG every guest instruction is emulated, so absolute PyBox times are far above what KVM gives (the last note gives the emulation factor measured in this run); compare ratios and host-side overheads.")
-	benchAlternatives(b, r, k)
-	benchBoots(b, r, k)
-	benchInVM(b, r, k)
+	for _, p := range strings.Split(k.Only, ",") {
+		if p != "" && !slices.Contains(benchParts, p) {
+			b.Fatalf("BENCH_ONLY=%s: unknown part %q; the parts are %s", k.Only, p, strings.Join(benchParts, ", "))
+		}
+	}
+	parts := map[string]func(*testing.B, *benchReport, benchKnobs){
+		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "hardening": benchSeal,
+	}
+	for _, p := range benchParts {
+		if k.runs(p) {
+			parts[p](b, r, k)
+		}
+	}
 	ratios(r)
 	goals(r)
 
@@ -314,6 +338,11 @@ func benchBoots(b *testing.B, r *benchReport, k benchKnobs) {
 	var total, stop []float64
 	for i := 0; i < k.Boots; i++ {
 		for _, images := range []string{"stdlib", "stdlib,data"} {
+			if i == 0 {
+				// A cold boot: nothing of the kernel, initramfs or images
+				// in the host's page cache.
+				r.Notes = append(r.Notes, "Cold boot ("+images+"): "+dropCaches())
+			}
 			var logFrom int64
 			if fi, err := os.Stat(paths.ForVM(e.home).ConsoleLog()); err == nil {
 				logFrom = fi.Size()
@@ -341,10 +370,10 @@ func benchBoots(b *testing.B, r *benchReport, k benchKnobs) {
 		}
 	}
 	for _, images := range []string{"stdlib", "stdlib,data"} {
-		r.add(newFigure("boot", "vm start → hello, --images "+images+", first boot of the run", "ms", boot[images][:1],
+		r.add(newFigure("boot", "vm start → hello, --images "+images+", cold (first boot of the run)", "ms", boot[images][:1],
 			"supervisor boot_ms: QEMU start to the agent's hello, image warming included"))
 		if len(boot[images]) > 1 {
-			r.add(newFigure("boot", "vm start → hello, --images "+images+", later boots", "ms", boot[images][1:], ""))
+			r.add(newFigure("boot", "vm start → hello, --images "+images+", warm (later boots)", "ms", boot[images][1:], ""))
 		}
 	}
 	names := make([]string, 0, len(warm))
@@ -360,6 +389,19 @@ func benchBoots(b *testing.B, r *benchReport, k benchKnobs) {
 	r.add(newFigure("trivial", "fresh QEMU VM per call (start + run + stop)", "ms", total,
 		"pybox vm start --images stdlib; pybox run; pybox vm stop; same kernel and image"))
 	r.Skipped["fresh QEMU VM per call / pandas"] = "not measured: it is the stdlib,data boot plus the first-after-boot pandas call"
+}
+
+// dropCaches empties the host's page cache (root only) and says what it
+// did; BENCH_DROP_CACHES=0 leaves the cache alone.
+func dropCaches() string {
+	if os.Getenv("BENCH_DROP_CACHES") == "0" {
+		return "the host page cache was left as it was (BENCH_DROP_CACHES=0), so the kernel, initramfs and images may be cached from earlier use"
+	}
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0); err != nil {
+		return fmt.Sprintf("the host page cache could not be dropped (%v; it needs root), so the kernel, initramfs and images may be cached from earlier use", err)
+	}
+	return "the host page cache was dropped just before it (sync; echo 3 > /proc/sys/vm/drop_caches)"
 }
 
 // warmedMS reads the agent's "warmed image" console lines written after
@@ -691,7 +733,8 @@ func benchDrift(b *testing.B, r *benchReport, k benchKnobs, m *mcpSession) {
 	r.Notes = append(r.Notes, fmt.Sprintf("Drift: last-decile median / first-decile median = %.2f over %d calls (BENCH_CALLS).", last.Median/first.Median, k.Calls))
 }
 
-// vmMemory reads QEMU's resident memory on the host.
+// vmMemory reads QEMU's resident memory on the host and the agent's in
+// the guest.
 func vmMemory(b *testing.B, r *benchReport, e *vmEnv) {
 	st := e.state()
 	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", st.QEMUPid))
@@ -708,7 +751,16 @@ func vmMemory(b *testing.B, r *benchReport, e *vmEnv) {
 			}
 		}
 	}
-	r.Skipped["agent RSS in the guest"] = "not measured: a box cannot see the agent (own PID namespace) and no host command reports it yet"
+	// The agent's own view of itself, from its console.
+	status := agentConsole(b, e.home, "status")
+	if g := reAgentMemory.FindStringSubmatch(status); g != nil {
+		for i, what := range []string{"resident (VmRSS)", "peak resident (VmHWM)", "anonymous resident (RssAnon)"} {
+			kb, _ := strconv.ParseFloat(g[i+1], 64)
+			r.add(newFigure("memory", "guest agent "+what+", after the bench", "MiB", []float64{math.Round(kb/1024*10) / 10}, "the agent's console status"))
+		}
+	} else {
+		r.Skipped["agent RSS in the guest"] = "the agent's console status has no memory line: " + status
+	}
 }
 
 // goals compares the sealed run of pass with python3 started bare in the
@@ -771,9 +823,9 @@ func markdown(r *benchReport) string {
 		im := r.Images[n].(map[string]any)
 		fmt.Fprintf(&w, "| image %s | sha256 %s, %.1f MiB |\n", n, im["sha256"], float64(im["bytes"].(int64))/(1<<20))
 	}
-	fmt.Fprintf(&w, "\nKnobs: BENCH_RUNS=%d BENCH_BOOTS=%d BENCH_CALLS=%d BENCH_PLOT_RUNS=%d BENCH_PANDAS_RUNS=%d. "+
+	fmt.Fprintf(&w, "\nKnobs: BENCH_RUNS=%d BENCH_BOOTS=%d BENCH_CALLS=%d BENCH_PLOT_RUNS=%d BENCH_PANDAS_RUNS=%d BENCH_ONLY=%s. "+
 		"Figures are medians with [min–max] and p90 over n samples, all measured in this one run.\n",
-		r.Knobs.Runs, r.Knobs.Boots, r.Knobs.Calls, r.Knobs.PlotRuns, r.Knobs.PandasAlt)
+		r.Knobs.Runs, r.Knobs.Boots, r.Knobs.Calls, r.Knobs.PlotRuns, r.Knobs.PandasAlt, cmp.Or(r.Knobs.Only, "(all)"))
 	titles := []struct{ sec, title string }{
 		{"trivial", "print(1), one call, against the alternatives (ratio to bare python3 on the host)"},
 		{"pandas", "import pandas, one call, against the alternatives"},
@@ -782,9 +834,13 @@ func markdown(r *benchReport) string {
 		{"pybox", "PyBox paths and programs"},
 		{"growth", "Growth with input and output size (tools/call round trip)"},
 		{"drift", "Long VM life and throughput"},
+		{"hardening", "What the posture check and the seccomp filter cost (benchmark build of the agent, same VM)"},
 		{"memory", "Memory"},
 	}
 	for _, t := range titles {
+		if !slices.ContainsFunc(r.Figures, func(f *figure) bool { return f.Section == t.sec }) {
+			continue // a part BENCH_ONLY left out
+		}
 		fmt.Fprintf(&w, "\n## %s\n\n| what | n | median | min–max | p90 | ratio | note |\n|---|---|---|---|---|---|---|\n", t.title)
 		for _, f := range r.Figures {
 			if f.Section != t.sec {

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"pybox/host/client"
+	"pybox/shared/wire"
+)
+
+// sealProbe makes sealProbeCalls cheap system calls and prints the mean
+// time of one in µs, then the Seccomp mode the program runs under: the
+// filter runs on every system call, so this is where it costs.
+const (
+	sealProbeCalls = 50000
+	sealProbe      = `import os, time
+n = %d
+t0 = time.perf_counter()
+for _ in range(n):
+    os.getppid()
+us = (time.perf_counter() - t0) * 1e6 / n
+mode = [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0]
+print("%%.3f %%s" %% (us, mode))`
+)
+
+// benchSeal times what the posture check and the seccomp filter cost per
+// run (issue 7): on one VM running the benchmark build of the agent
+// (`make bench-guest`, whose console can switch both off), the same runs
+// alternate between the full seal, no posture check, and neither, so
+// that all three see the same machine at the same time.
+func benchSeal(b *testing.B, r *benchReport, k benchKnobs) {
+	const what = "posture check and seccomp filter, with against without (issue 7)"
+	initramfs := os.Getenv("BENCH_INITRAMFS")
+	if initramfs == "" {
+		r.Skipped[what] = "not measured: it needs the benchmark build of the agent; `make bench` builds it (make bench-guest) and sets BENCH_INITRAMFS"
+		return
+	}
+	e := benchEnv(b)
+	if out, errOut, code := e.pybox("vm", "start", "--initramfs", initramfs, "--images", "stdlib"); code != 0 {
+		b.Fatalf("vm start with the benchmark agent: %s%s", out, errOut)
+	}
+	defer e.pybox("vm", "stop")
+	if v := e.state().AgentVersion; !strings.HasSuffix(v, "-bench") {
+		b.Fatalf("BENCH_INITRAMFS=%s holds agent %q, not the benchmark build", initramfs, v)
+	}
+	c, err := client.Dial(e.home)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	run := func(code string) *wire.Receipt {
+		res, err := c.Run(context.Background(), &wire.Run{RunID: newRunID(), Code: code, Image: "stdlib", TimeoutSeconds: 30, MaxOutputBytes: 4096})
+		if err != nil || res.Receipt.Status != wire.StatusOK || res.Receipt.Cleanup.Status != wire.CleanupRemoved {
+			b.Fatalf("run %.40q: %v %+v", code, err, res)
+		}
+		return &res.Receipt
+	}
+	modes := []struct {
+		name, seccomp string // the mode, and the Seccomp the program must see in it
+		posture       bool   // whether the receipt carries a checked posture
+	}{{"sealed", "2", true}, {"no-posture", "2", false}, {"neither", "0", false}}
+	rtt := map[string][]float64{}
+	wall := map[string][]float64{}
+	perCall := map[string][]float64{}
+	probe := fmt.Sprintf(sealProbe, sealProbeCalls)
+	for i := 0; i < 3*k.Runs; i++ {
+		for j := range modes {
+			m := modes[(i+j)%len(modes)] // each mode goes first, second and third in turn
+			// The serial line echoes the command; the answer follows it.
+			if got := agentConsole(b, e.home, "seal "+m.name); !strings.HasSuffix(got, "\nseal "+m.name+"\n") {
+				b.Fatalf("seal %s: the console answered %q", m.name, got)
+			}
+			t0 := time.Now()
+			rc := run("pass")
+			rtt[m.name] = append(rtt[m.name], msSince(t0))
+			wall[m.name] = append(wall[m.name], float64(rc.WallMS))
+			if checked := rc.Posture != nil && rc.Posture.Seccomp == 2; checked != m.posture {
+				b.Fatalf("seal %s: the receipt's posture is %+v", m.name, rc.Posture)
+			}
+			out := strings.Fields(run(probe).Capture.StdoutText)
+			us, err := strconv.ParseFloat(out[0], 64)
+			if err != nil || len(out) != 2 || out[1] != m.seccomp {
+				b.Fatalf("seal %s: the probe printed %q, want a time and Seccomp %s", m.name, out, m.seccomp)
+			}
+			perCall[m.name] = append(perCall[m.name], us)
+		}
+	}
+	agentConsole(b, e.home, "seal sealed")
+	for _, m := range modes {
+		r.add(newFigure("hardening", "pass, "+m.name+": host/client round trip", "ms", rtt[m.name], ""))
+	}
+	for _, m := range modes {
+		r.add(newFigure("hardening", "pass, "+m.name+": receipt wall_ms", "ms", wall[m.name], "python3 start → exit; the posture check is before it"))
+	}
+	for _, m := range modes {
+		r.add(newFigure("hardening", "os.getppid(), "+m.name+": one call", "µs", perCall[m.name], fmt.Sprintf("mean of %d in one run, seen from Python", sealProbeCalls)))
+	}
+	// Differences within one round, whose runs were back to back.
+	diff := func(a, b []float64) []float64 {
+		d := make([]float64, len(a))
+		for i := range a {
+			d[i] = a[i] - b[i]
+		}
+		return d
+	}
+	r.add(newFigure("hardening", "cost of the posture check per run: round trip sealed − no-posture", "ms",
+		diff(rtt["sealed"], rtt["no-posture"]), "reading /proc/thread-self: status, fds, mountinfo, namespaces; within noise when near 0"))
+	r.add(newFigure("hardening", "cost of the seccomp filter per run: round trip no-posture − neither", "ms",
+		diff(rtt["no-posture"], rtt["neither"]), "loading the filter, and running it on each of python3's system calls"))
+	r.add(newFigure("hardening", "cost of the seccomp filter per system call: getppid no-posture − neither", "µs",
+		diff(perCall["no-posture"], perCall["neither"]), ""))
+	r.Notes = append(r.Notes, fmt.Sprintf("Hardening: the benchmark agent (%s) ran %d rounds of pass and the getppid probe in each seal mode, rotating which mode went first.",
+		e.state().AgentVersion, 3*k.Runs))
+}
