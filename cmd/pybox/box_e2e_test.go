@@ -481,6 +481,11 @@ print("RESULT stdin-tty", sys.stdin.isatty())
 		if s := rc.Capture.Stdout; s.Bytes != int64(len(want)) || s.KeptBytes != len(want) || s.Truncated || s.InvalidUTF8 {
 			t.Errorf("stdout info %+v", s)
 		}
+		// The agent's log says where the run's time went.
+		phases := regexp.MustCompile(`box: run ` + regexp.QuoteMeta(rc.RunID) + `: [0-9.]+ ms in all: cgroup [0-9.]+, staging [0-9.]+, spawn [0-9.]+, box-init [0-9.]+, program [0-9.]+, settle [0-9.]+, output [0-9.]+, cleanup [0-9.]+ \(ms\)`)
+		if log := agentConsole(t, e.home, "log"); !phases.MatchString(log) {
+			t.Errorf("the agent's log has no phase line for %s:\n%s", rc.RunID, log)
+		}
 		if rc.WallMS <= 0 || rc.WallMS > 10000 || rc.CPU.UserMS+rc.CPU.SystemMS <= 0 {
 			t.Errorf("wall %d ms, cpu %+v", rc.WallMS, rc.CPU)
 		}

@@ -60,7 +60,7 @@ func Main() {
 		images[i] = img.ImageInfo
 		byName[img.Name] = img.ImageInfo
 	}
-	b := box.New(box.Config{Images: byName, Agent: Info(kernel)})
+	b := box.New(box.Config{Images: byName, Agent: Info(kernel), Logf: log.Printf})
 	a := New(Config{
 		Kernel:   kernel,
 		Images:   images,

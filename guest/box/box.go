@@ -22,6 +22,9 @@ import (
 type Config struct {
 	Images map[string]wire.ImageInfo // by name; the root of image X is /images/X
 	Agent  wire.AgentInfo
+	// Logf, if set, gets one line per run that made a box: where its
+	// time went, phase by phase.
+	Logf func(format string, args ...any)
 }
 
 // Box runs one program at a time, each in a fresh sealed box. Its
@@ -92,6 +95,10 @@ func (b *Box) Run(ctx context.Context, r *wire.Run) *wire.Result {
 	}
 	rn.execute(ctx)
 	rn.rec.Cleanup = rn.cleanup()
+	rn.at.cleaned = time.Now()
+	if b.cfg.Logf != nil && !rn.at.spawned.IsZero() {
+		b.cfg.Logf("box: run %s: %s", r.RunID, rn.at.phases(rn.proc.report.startedAt, rn.exitedAt))
+	}
 	return rn.result()
 }
 
@@ -148,6 +155,41 @@ type run struct {
 
 	exitedAt time.Time
 	empty    bool // the cgroup was confirmed empty after the run
+	at       milestones
+}
+
+// milestones are when a run passed each step, for the per-run log line
+// that says where the time went.
+type milestones struct {
+	begun, cgroup, staged, spawned, settled, collected, cleaned time.Time
+}
+
+// phases renders the time between milestones, in ms; started is when
+// box-init reported a good posture and exited when box-init ended (zero
+// if it never did). A step that was not reached shows as "-".
+func (m milestones) phases(started, exited time.Time) string {
+	steps := []struct {
+		name     string
+		from, to time.Time
+	}{
+		{"cgroup", m.begun, m.cgroup},
+		{"staging", m.cgroup, m.staged},
+		{"spawn", m.staged, m.spawned},
+		{"box-init", m.spawned, started}, // mounts, pivot, seccomp, posture check
+		{"program", started, exited},
+		{"settle", exited, m.settled},
+		{"output", m.settled, m.collected},
+		{"cleanup", m.collected, m.cleaned}, // counters and removal
+	}
+	parts := make([]string, 0, len(steps)+1)
+	for _, st := range steps {
+		if st.from.IsZero() || st.to.IsZero() {
+			parts = append(parts, st.name+" -")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f", st.name, float64(st.to.Sub(st.from).Microseconds())/1000))
+	}
+	return fmt.Sprintf("%.1f ms in all: %s (ms)", float64(m.cleaned.Sub(m.begun).Microseconds())/1000, strings.Join(parts, ", "))
 }
 
 func (b *Box) newRun(r *wire.Run) *run {
@@ -190,6 +232,7 @@ const (
 func (rn *run) execute(ctx context.Context) {
 	b := rn.b
 	var err error
+	rn.at.begun = time.Now()
 	if b.paths.cgroups != "" {
 		rn.cg, err = makeCgroup(b.paths.cgroups, rn.req.RunID)
 		if err != nil {
@@ -197,12 +240,14 @@ func (rn *run) execute(ctx context.Context) {
 			return
 		}
 	}
+	rn.at.cgroup = time.Now()
 	image := b.paths.images + "/" + rn.req.Image
 	rn.st, err = makeStaging(b.paths.staging, rn.req.RunID, image, rn.req.Files)
 	if err != nil {
 		rn.out.refusal = "the box could not be made: " + err.Error()
 		return
 	}
+	rn.at.staged = time.Now()
 	if ctx.Err() != nil {
 		rn.out.cancelled = true
 		return
@@ -222,11 +267,14 @@ func (rn *run) execute(ctx context.Context) {
 		rn.out.refusal = "the box could not be made: " + err.Error()
 		return
 	}
+	rn.at.spawned = time.Now()
 	rn.supervise(ctx)
 	rn.settle()
+	rn.at.settled = time.Now()
 	if rn.out.refusal == "" {
 		rn.files, rn.rec.Output = collectOutput(rn.st.tmp, rn.req.ReturnFiles)
 	}
+	rn.at.collected = time.Now()
 	rn.measure()
 }
 
