@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -613,6 +614,7 @@ func benchPaths(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv, m *mcpSess
 	script := filepath.Join(b.TempDir(), "p.py")
 	os.WriteFile(script, []byte(benchTrivial+"\n"), 0o600)
 	var viaMCP, mcpWall, viaClient, viaCLI, passRTT, passWall []float64
+	var passIDs []string
 	var peak int64
 	for i := 0; i < k.Runs; i++ {
 		d, rc := m.call(map[string]any{"code": benchTrivial, "timeout_s": 10})
@@ -626,6 +628,7 @@ func benchPaths(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv, m *mcpSess
 		viaCLI = append(viaCLI, msSince(t0))
 		d, rec := clientRun("pass")
 		passRTT, passWall = append(passRTT, d), append(passWall, float64(rec.WallMS))
+		passIDs = append(passIDs, rec.RunID)
 	}
 	r.add(newFigure("trivial", "PyBox via pybox mcp (warm VM)", "ms", viaMCP, "tools/call round trip, Go SDK client, one long-lived `pybox mcp`"))
 	r.add(newFigure("pybox", "print(1) via pybox mcp: tools/call round trip", "ms", viaMCP, ""))
@@ -651,6 +654,58 @@ func benchPaths(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv, m *mcpSess
 		"JSON-RPC over stdio, argument checks, result JSON; within noise when near 0"))
 	r.add(newFigure("goals", "of which the box: host/client round trip − receipt wall_ms, pass", "ms", diff(passRTT, passWall),
 		"namespaces, cgroup, staging tmpfs, posture report, seccomp load, output collection, cleanup, plus one ping-sized relay"))
+	phases := boxPhases(e, passIDs)
+	if len(phases) == 0 {
+		r.Skipped["the box's phases"] = "no phase lines for the pass runs in the console log"
+	}
+	for _, ph := range phaseNames {
+		if v := phases[ph]; len(v) > 0 {
+			r.add(newFigure("goals", "pass, box phase: "+ph, "ms", v, phaseNotes[ph]))
+		}
+	}
+}
+
+// The box's phases, as the agent logs them for each run ("box: run ID:
+// T ms in all: cgroup 1.2, staging 3.4, ... (ms)").
+var (
+	phaseNames = []string{"in all", "cgroup", "staging", "spawn", "box-init", "program", "settle", "output", "cleanup"}
+	phaseNotes = map[string]string{
+		"in all":   "in the guest, from the request to the receipt",
+		"cgroup":   "make the run's cgroup and set its limits",
+		"staging":  "the /tmp tmpfs and the input files",
+		"spawn":    "clone box-init into new namespaces and the cgroup",
+		"box-init": "mounts, pivot_root, dropping privileges, seccomp, the posture check",
+		"program":  "python3 start → exit (receipt wall_ms)",
+		"settle":   "kill what is left, wait for the cgroup to empty, drain the pipes",
+		"output":   "collect /tmp/output",
+		"cleanup":  "read the counters, remove the tmpfs and the cgroup, check they are gone",
+	}
+	rePhases = regexp.MustCompile(`box: run (\S+): ([0-9.]+) ms in all: (.*) \(ms\)`)
+)
+
+// boxPhases reads the phase lines of the given runs from the console log.
+func boxPhases(e *vmEnv, ids []string) map[string][]float64 {
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	out := map[string][]float64{}
+	b, _ := os.ReadFile(paths.ForVM(e.home).ConsoleLog())
+	for _, g := range rePhases.FindAllStringSubmatch(string(b), -1) {
+		if !want[g[1]] {
+			continue
+		}
+		if v, err := strconv.ParseFloat(g[2], 64); err == nil {
+			out["in all"] = append(out["in all"], v)
+		}
+		for _, part := range strings.Split(g[3], ", ") {
+			name, val, _ := strings.Cut(part, " ")
+			if v, err := strconv.ParseFloat(val, 64); err == nil {
+				out[name] = append(out[name], v)
+			}
+		}
+	}
+	return out
 }
 
 // bareInBox starts python3 k times from inside one box and prints the

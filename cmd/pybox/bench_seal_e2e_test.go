@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -67,6 +68,7 @@ func benchSeal(b *testing.B, r *benchReport, k benchKnobs) {
 	rtt := map[string][]float64{}
 	wall := map[string][]float64{}
 	perCall := map[string][]float64{}
+	ids := map[string][]string{}
 	probe := fmt.Sprintf(sealProbe, sealProbeCalls)
 	for i := 0; i < 3*k.Runs; i++ {
 		for j := range modes {
@@ -78,6 +80,7 @@ func benchSeal(b *testing.B, r *benchReport, k benchKnobs) {
 			t0 := time.Now()
 			rc := run("pass")
 			rtt[m.name] = append(rtt[m.name], msSince(t0))
+			ids[m.name] = append(ids[m.name], rc.RunID)
 			wall[m.name] = append(wall[m.name], float64(rc.WallMS))
 			if checked := rc.Posture != nil && rc.Posture.Seccomp == 2; checked != m.posture {
 				b.Fatalf("seal %s: the receipt's posture is %+v", m.name, rc.Posture)
@@ -114,6 +117,31 @@ func benchSeal(b *testing.B, r *benchReport, k benchKnobs) {
 		diff(rtt["no-posture"], rtt["neither"]), "loading the filter, and running it on each of python3's system calls"))
 	r.add(newFigure("hardening", "cost of the seccomp filter per system call: getppid no-posture − neither", "µs",
 		diff(perCall["no-posture"], perCall["neither"]), ""))
+	// The agent's own timing of each phase: box-init holds the seccomp
+	// load and the posture check, the program phase the filter's cost on
+	// python3's system calls.
+	phaseMedian := map[string]map[string]float64{}
+	for _, m := range modes {
+		phases := boxPhases(e, ids[m.name])
+		phaseMedian[m.name] = map[string]float64{}
+		for _, ph := range []string{"box-init", "program", "in all"} {
+			if len(phases[ph]) == 0 {
+				continue
+			}
+			f := r.add(newFigure("hardening", "pass, "+m.name+": box phase "+ph+" (agent's log)", "ms", phases[ph], phaseNotes[ph]))
+			phaseMedian[m.name][ph] = f.Median
+		}
+	}
+	for _, c := range []struct{ name, with, without, note string }{
+		{"posture check: box-init phase, sealed − no-posture", "sealed", "no-posture", "medians"},
+		{"seccomp filter load: box-init phase, no-posture − neither", "no-posture", "neither", "medians"},
+	} {
+		a, okA := phaseMedian[c.with]["box-init"]
+		b, okB := phaseMedian[c.without]["box-init"]
+		if okA && okB {
+			r.add(newFigure("hardening", c.name, "ms", []float64{math.Round((a-b)*10) / 10}, c.note))
+		}
+	}
 	r.Notes = append(r.Notes, fmt.Sprintf("Hardening: the benchmark agent (%s) ran %d rounds of pass and the getppid probe in each seal mode, rotating which mode went first.",
 		e.state().AgentVersion, 3*k.Runs))
 }
