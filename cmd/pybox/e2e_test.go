@@ -411,6 +411,68 @@ func TestVMStartFailureLeavesNothing(t *testing.T) {
 	e.expectGone()
 }
 
+// A damaged image is refused before the VM starts, with the fix, and
+// nothing is left running: one byte changed, or the file cut short.
+func TestVMStartRefusesDamagedImage(t *testing.T) {
+	e := newVMEnv(t)
+	src, missing, err := userImage("stdlib")
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case missing != "" && os.Getenv("CI") == "true":
+		t.Fatal(missing)
+	case missing != "":
+		t.Skip(missing)
+	}
+	// A copy: the user's own image stays whole.
+	dst := filepath.Join(paths.ImagesDir(e.home), "stdlib")
+	os.MkdirAll(dst, 0o755)
+	for _, f := range []string{"meta.json", "image.erofs"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img := filepath.Join(dst, "image.erofs")
+	for _, c := range []struct {
+		name, want string
+		damage     func(f *os.File) error
+	}{
+		{"one byte changed", "changed after it was built", func(f *os.File) error {
+			_, err := f.WriteAt([]byte{'X'}, 20<<20)
+			return err
+		}},
+		{"cut short", "is truncated", func(f *os.File) error { return f.Truncate(1 << 20) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := os.OpenFile(img, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.damage(f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{{"vm", "start", "--images", "stdlib"}, {"vm", "start"}} {
+				out, errOut, code := e.pybox(args...)
+				if code == 0 {
+					t.Fatalf("%v with a damaged image succeeded: %s", args, out)
+				}
+				for _, want := range []string{"image stdlib: the image is damaged", c.want, "rebuild it with `pybox image build stdlib`"} {
+					if !strings.Contains(errOut, want) {
+						t.Errorf("%v: the refusal does not say %q:\n%s", args, want, errOut)
+					}
+				}
+				e.expectGone()
+			}
+		})
+	}
+}
+
 // tinyImage makes a small erofs image (the guest mounts erofs) and returns
 // its path and sha256.
 func tinyImage(t *testing.T, dir string) (string, string) {
@@ -551,24 +613,34 @@ func linkImages(t testing.TB, e *vmEnv, names ...string) {
 // home's store. missing says which image is not built, and how to build
 // it; err is anything else that went wrong.
 func linkImagesInto(home string, names ...string) (missing string, err error) {
-	userHome, err := paths.Home()
-	if err != nil {
-		return "", err
-	}
-	src := paths.ImagesDir(userHome)
 	dst := paths.ImagesDir(home)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return "", err
 	}
 	for _, n := range names {
-		for _, f := range []string{"image.erofs", "meta.json"} {
-			if _, err := os.Stat(filepath.Join(src, n, f)); err != nil {
-				return fmt.Sprintf("no image %s in %s: build the images with `make images` (they go to $PYBOX_HOME/images)", n, src), nil
-			}
+		src, missing, err := userImage(n)
+		if missing != "" || err != nil {
+			return missing, err
 		}
-		if err := os.Symlink(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
+		if err := os.Symlink(src, filepath.Join(dst, n)); err != nil {
 			return "", err
 		}
 	}
 	return "", nil
+}
+
+// userImage finds the directory of a built image in the user's store
+// (where `make images` puts them), or says it is missing.
+func userImage(name string) (dir, missing string, err error) {
+	home, err := paths.Home()
+	if err != nil {
+		return "", "", err
+	}
+	dir = filepath.Join(paths.ImagesDir(home), name)
+	for _, f := range []string{"image.erofs", "meta.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return "", fmt.Sprintf("no image %s in %s: build the images with `make images` (they go to $PYBOX_HOME/images)", name, paths.ImagesDir(home)), nil
+		}
+	}
+	return dir, "", nil
 }

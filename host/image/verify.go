@@ -20,7 +20,7 @@ const (
 )
 
 // ErrCorrupt is wrapped by every VerifyFile failure about the content.
-var ErrCorrupt = errors.New("image: corrupt image")
+var ErrCorrupt = errors.New("the image is damaged")
 
 // VerifyFile checks that path is a whole erofs image whose sha256 is
 // digest (hex): a regular file, with the erofs magic, as long as its
