@@ -53,7 +53,7 @@ images: bin/pybox ## Build the built-in images stdlib and data (cached in $PYBOX
 deps: ## Install every distribution package the build and tests need (Debian 12, as root)
 	scripts/deps.sh
 
-test: all images ## Run every test: unit, fuzz seeds, and end to end against the real VM
+test: all images bench-guest ## Run every test: unit, fuzz seeds, and end to end against the real VM
 	scripts/test.sh
 
 check: typecheck-darwin ## gofmt, go vet, staticcheck and the darwin type check

@@ -97,6 +97,10 @@ func dialVM(home string) mcp.Dialer {
 		if err != nil {
 			return nil, err
 		}
+		if err := c.Sealed(); err != nil {
+			c.Close()
+			return nil, err
+		}
 		return c, nil
 	}
 }

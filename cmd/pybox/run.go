@@ -51,6 +51,12 @@ func runMain(args []string) int {
 			Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}})
 	}
 	defer c.Close()
+	if err := c.Sealed(); err != nil {
+		var we *wire.Error
+		errors.As(err, &we)
+		we.Cleanup = &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}
+		return runFailed(ra, we)
+	}
 	// Ctrl-C cancels the run in the guest; the receipt still comes back.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

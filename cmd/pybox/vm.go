@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"pybox/host/paths"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
+	"pybox/shared/wire"
 )
 
 func init() {
@@ -125,7 +127,17 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	}
 	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
 		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
+	warnUnsealable(st)
 	return exitOK
+}
+
+// warnUnsealable says so when the VM runs the benchmark build of the
+// agent: `pybox run` and `pybox mcp` will run nothing on it.
+func warnUnsealable(st *supervisor.State) {
+	if st != nil && slices.Contains(st.Capabilities, wire.CapUnsealable) {
+		fmt.Fprintf(os.Stderr, "pybox: warning: this is the benchmark build of the guest agent (%s), whose boxes can be unsealed; "+
+			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", st.AgentVersion)
+	}
 }
 
 func describeRunning(st *supervisor.State) string {
@@ -288,6 +300,7 @@ func printStatus(s *supervisor.Status) {
 			}
 		}
 		row("agent", agent)
+		warnUnsealable(st)
 		row("guest kernel", st.GuestKernel)
 	}
 	row("kernel", st.Kernel)

@@ -5,6 +5,8 @@ package agent
 import (
 	"fmt"
 	"io"
+
+	"pybox/shared/wire"
 )
 
 // The benchmark build's console has one more command, seal, which
@@ -13,6 +15,8 @@ import (
 // seal_bench.go), so that `make bench` can time both in one VM. No
 // other build has it.
 func init() {
+	// The host's commands refuse to run anything on this agent.
+	Capabilities = append(Capabilities, wire.CapUnsealable)
 	commands = append(commands, command{
 		name:     "seal",
 		help:     "benchmark build only: `seal` shows, `seal MODE` sets how the next boxes are sealed (sealed, no-posture, neither)",

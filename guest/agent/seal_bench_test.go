@@ -4,8 +4,11 @@ package agent
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"pybox/shared/wire"
 )
 
 // sealRunner is a fake runner whose seal can be switched.
@@ -40,6 +43,10 @@ func TestConsoleSeal(t *testing.T) {
 	}
 	if got := answer(a, "help"); !strings.Contains(got, "benchmark build only") {
 		t.Errorf("help does not list seal: %q", got)
+	}
+	// It says what it is, so that the host's commands run nothing on it.
+	if !slices.Contains(Capabilities, wire.CapUnsealable) {
+		t.Errorf("the benchmark agent announces %v", Capabilities)
 	}
 	// A runner that cannot switch says so.
 	if got := answer(newAgent(t, newFakeRunner(), nil), "seal neither"); !strings.Contains(got, "no seal to switch") {

@@ -3,8 +3,11 @@
 package agent
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"pybox/shared/wire"
 )
 
 // Only the benchmark build can switch a box's seal: the product's
@@ -18,5 +21,8 @@ func TestConsoleHasNoSeal(t *testing.T) {
 	}
 	if got := answer(a, "help"); strings.Contains(got, "seal") {
 		t.Errorf("help lists seal: %q", got)
+	}
+	if slices.Contains(Capabilities, wire.CapUnsealable) {
+		t.Errorf("the product's agent announces %v", Capabilities)
 	}
 }

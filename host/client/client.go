@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -93,6 +94,19 @@ func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
 
 // Hello is the guest's hello: agent version, kernel, images.
 func (c *Client) Hello() wire.Hello { return c.hello }
+
+// Sealed is nil when the agent seals every box. The benchmark build of
+// the agent announces that it can run boxes unsealed (wire.CapUnsealable);
+// the product's commands run nothing through it, and Sealed says how to
+// get the product's agent back.
+func (c *Client) Sealed() error {
+	if !slices.Contains(c.hello.Capabilities, wire.CapUnsealable) {
+		return nil
+	}
+	return &wire.Error{Code: wire.ErrUnhealthy, Message: fmt.Sprintf(
+		"the VM runs the benchmark build of the guest agent (%s), whose boxes can be unsealed, so nothing is run on it: "+
+			"restart the VM with `pybox vm stop` and `pybox vm start` (without --initramfs, or with the one `make` builds)", c.hello.AgentVersion)}
+}
 
 // Close ends the connection. A run still in flight is cancelled by the
 // supervisor.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +73,11 @@ func receipt(id uint64, runID, status string) *wire.Message {
 
 // serve runs a relay with a fake guest on a socket under a fresh home.
 func serve(t *testing.T) string {
+	return serveHello(t, wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "fake"})
+}
+
+// serveHello is serve with the guest's hello given.
+func serveHello(t *testing.T, hello wire.Hello) string {
 	home, err := os.MkdirTemp("", "pyboxc")
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +93,7 @@ func serve(t *testing.T) string {
 	}
 	host, guest := net.Pipe()
 	go fakeGuest(t, guest)
-	r := supervisor.NewRelay(host, wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "fake"}, t.Logf)
+	r := supervisor.NewRelay(host, hello, t.Logf)
 	go r.Run()
 	go r.Serve(l)
 	t.Cleanup(func() { l.Close(); r.Close(); guest.Close() })
@@ -116,6 +122,31 @@ func TestNoVM(t *testing.T) {
 	l.Close()
 	if _, err := client.Dial(home); !errors.Is(err, client.ErrNoVM) {
 		t.Fatalf("Dial with a stale socket = %v", err)
+	}
+}
+
+// An agent that can run boxes unsealed (the benchmark build) is named as
+// such, with the way back; the product's agent passes.
+func TestSealed(t *testing.T) {
+	for _, c := range []struct {
+		caps   []string
+		refuse bool
+	}{{[]string{"run", "cancel"}, false}, {[]string{"run", "cancel", wire.CapUnsealable}, true}} {
+		home := serveHello(t, wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "v1-bench", Capabilities: c.caps})
+		cl, err := client.Dial(home)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cl.Sealed()
+		cl.Close()
+		var we *wire.Error
+		switch {
+		case !c.refuse && err != nil:
+			t.Errorf("capabilities %v: %v", c.caps, err)
+		case c.refuse && (!errors.As(err, &we) || we.Code != wire.ErrUnhealthy ||
+			!strings.Contains(we.Message, "benchmark build of the guest agent (v1-bench)") || !strings.Contains(we.Message, "pybox vm start")):
+			t.Errorf("capabilities %v: %v", c.caps, err)
+		}
 	}
 }
 

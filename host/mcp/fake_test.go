@@ -24,6 +24,7 @@ import (
 // cancelled, cleanup REMOVED), code "wait" until release is closed.
 type fakeVM struct {
 	down    bool
+	refuse  error // when set, dial fails with it though the VM is up
 	release chan struct{}
 	// result, when set, answers every run.
 	result func(r *wire.Run) (*wire.Result, error)
@@ -41,6 +42,9 @@ func newFakeVM() *fakeVM {
 func (v *fakeVM) dial(context.Context) (Runner, error) {
 	if v.down {
 		return nil, errors.New("the VM is not running: start it with `pybox vm start`")
+	}
+	if v.refuse != nil {
+		return nil, v.refuse
 	}
 	return fakeConn{v}, nil
 }

@@ -126,12 +126,18 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	}
 	vm, err := s.dial(ctx)
 	if err != nil {
+		// The VM is not there, or (a *wire.Error) it is but will not do.
+		code := wire.ErrNoVM
+		var we *wire.Error
+		if errors.As(err, &we) {
+			code, err = we.Code, errors.New(we.Message)
+		}
 		msg := err.Error()
 		if !strings.Contains(msg, "pybox vm start") {
 			msg += ": " + startHint
 		}
-		s.logf("call refused: no VM: %v", err)
-		return refused(wire.ErrNoVM, msg+". Nothing ran.")
+		s.logf("call refused: %s: %v", code, err)
+		return refused(code, msg+". Nothing ran.")
 	}
 	defer vm.Close()
 	res, err := vm.Run(ctx, run)

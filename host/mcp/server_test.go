@@ -198,6 +198,22 @@ func TestNoVM(t *testing.T) {
 	}
 }
 
+// A VM that is up but will not do (the benchmark build of the agent)
+// refuses with its own code, says what to do, and runs nothing.
+func TestVMRefusesAtDial(t *testing.T) {
+	vm := newFakeVM()
+	vm.refuse = &wire.Error{Code: wire.ErrUnhealthy, Message: "the VM runs the benchmark build of the guest agent: restart the VM with `pybox vm stop` and `pybox vm start`"}
+	cs := startSession(t, DefaultOptions(), vm, testLimits()).client("")
+	d := callTool(t, cs, map[string]any{"code": "print(1)"})
+	if !d.isError || d.doc.Error.Code != wire.ErrUnhealthy || d.exec.Cleanup.Status != wire.CleanupNotAttempted ||
+		!strings.Contains(d.doc.Error.Message, "benchmark build") || !strings.Contains(d.doc.Error.Message, "Nothing ran") {
+		t.Fatalf("%+v %s", d.doc.Error, d.doc.Execution)
+	}
+	if n := len(vm.Runs()); n != 0 {
+		t.Fatalf("%d runs reached the VM", n)
+	}
+}
+
 // The SDK runs calls concurrently: a second call while one runs is busy at
 // once, and the server is not left busy afterwards.
 func TestBusy(t *testing.T) {

@@ -25,6 +25,12 @@ const (
 	TypeError    = "error"    // guest → host (or supervisor → client): Error
 )
 
+// CapUnsealable is announced in hello only by the benchmark build of the
+// agent (make bench-guest), whose boxes can be switched to run without
+// the posture check or the seccomp filter. The product's commands run
+// nothing through such an agent.
+const CapUnsealable = "unsealable"
+
 // Error codes a client can act on.
 const (
 	ErrBusy       = "busy"        // another run is in progress; nothing was queued
