@@ -127,6 +127,17 @@ func (r *benchReport) find(section, name string) *figure {
 	return nil
 }
 
+// pairDiff is a[i] − b[i] for each i: the difference of two samples
+// taken back to back, which carries less noise than a difference of
+// medians.
+func pairDiff(a, b []float64) []float64 {
+	d := make([]float64, len(a))
+	for i := range a {
+		d[i] = a[i] - b[i]
+	}
+	return d
+}
+
 // msSince is the time since t0 in milliseconds.
 func msSince(t0 time.Time) float64 {
 	return float64(time.Since(t0).Microseconds()) / 1000
@@ -639,20 +650,11 @@ func benchPaths(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv, m *mcpSess
 	r.add(newFigure("pybox", "pass: receipt wall_ms (python3 start → exit inside the box)", "ms", passWall, ""))
 	r.add(newFigure("memory", "memory.peak of the trivial run (receipt)", "MiB", []float64{mib(peak)}, "print(1) on stdlib"))
 
-	// Differences within one iteration, whose samples were taken
-	// back to back: less noise than a difference of medians.
-	diff := func(a, b []float64) []float64 {
-		d := make([]float64, len(a))
-		for i := range a {
-			d[i] = a[i] - b[i]
-		}
-		return d
-	}
-	r.add(newFigure("goals", "MCP path on top of the guest's own work: tools/call round trip − receipt wall_ms, print(1)", "ms", diff(viaMCP, mcpWall),
+	r.add(newFigure("goals", "MCP path on top of the guest's own work: tools/call round trip − receipt wall_ms, print(1)", "ms", pairDiff(viaMCP, mcpWall),
 		"goal ≤ 5 ms on KVM; this is box setup + teardown + staging + relay + MCP"))
-	r.add(newFigure("goals", "of which the MCP layer: tools/call − host/client round trip, print(1)", "ms", diff(viaMCP, viaClient),
+	r.add(newFigure("goals", "of which the MCP layer: tools/call − host/client round trip, print(1)", "ms", pairDiff(viaMCP, viaClient),
 		"JSON-RPC over stdio, argument checks, result JSON; within noise when near 0"))
-	r.add(newFigure("goals", "of which the box: host/client round trip − receipt wall_ms, pass", "ms", diff(passRTT, passWall),
+	r.add(newFigure("goals", "of which the box: host/client round trip − receipt wall_ms, pass", "ms", pairDiff(passRTT, passWall),
 		"namespaces, cgroup, staging tmpfs, posture report, seccomp load, output collection, cleanup, plus one ping-sized relay"))
 	phases := boxPhases(e, passIDs)
 	if len(phases) == 0 {

@@ -104,20 +104,12 @@ func benchSeal(b *testing.B, r *benchReport, k benchKnobs) {
 	for _, m := range modes {
 		r.add(newFigure("hardening", "os.getppid(), "+m.name+": one call", "µs", perCall[m.name], fmt.Sprintf("mean of %d in one run, seen from Python", sealProbeCalls)))
 	}
-	// Differences within one round, whose runs were back to back.
-	diff := func(a, b []float64) []float64 {
-		d := make([]float64, len(a))
-		for i := range a {
-			d[i] = a[i] - b[i]
-		}
-		return d
-	}
 	r.add(newFigure("hardening", "cost of the posture check per run: round trip sealed − no-posture", "ms",
-		diff(rtt["sealed"], rtt["no-posture"]), "reading /proc/thread-self: status, fds, mountinfo, namespaces; within noise when near 0"))
+		pairDiff(rtt["sealed"], rtt["no-posture"]), "reading /proc/thread-self: status, fds, mountinfo, namespaces; within noise when near 0"))
 	r.add(newFigure("hardening", "cost of the seccomp filter per run: round trip no-posture − neither", "ms",
-		diff(rtt["no-posture"], rtt["neither"]), "loading the filter, and running it on each of python3's system calls"))
+		pairDiff(rtt["no-posture"], rtt["neither"]), "loading the filter, and running it on each of python3's system calls"))
 	r.add(newFigure("hardening", "cost of the seccomp filter per system call: getppid no-posture − neither", "µs",
-		diff(perCall["no-posture"], perCall["neither"]), ""))
+		pairDiff(perCall["no-posture"], perCall["neither"]), ""))
 	// The agent's own timing of each phase: box-init holds the seccomp
 	// load and the posture check, the program phase the filter's cost on
 	// python3's system calls.
