@@ -54,6 +54,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// unavailable stops a test that lacks something it needs, with why and
+// the fix: a skip on a developer's machine, a failure in CI, where a
+// skipped test would hide that nothing was tested.
+func unavailable(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
 // guestArtifactsForTest finds the kernel and initramfs, or stops the test:
 // a skip with the fix when they are missing, and a failure in CI, where
 // a skipped suite would hide that nothing was tested.
@@ -69,18 +80,11 @@ func guestArtifactsForTest(t testing.TB) (string, string) {
 	k, i := pick("PYBOX_KERNEL", "bzImage"), pick("PYBOX_INITRAMFS", "initramfs.cpio")
 	for _, p := range []string{k, i} {
 		if _, err := os.Stat(p); err != nil {
-			msg := fmt.Sprintf("no %s: run `make` first (it builds the kernel and the initramfs), or set PYBOX_KERNEL and PYBOX_INITRAMFS", p)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
+			unavailable(t, fmt.Sprintf("no %s: run `make` first (it builds the kernel and the initramfs), or set PYBOX_KERNEL and PYBOX_INITRAMFS", p))
 		}
 	}
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no qemu-system-x86_64: run `make deps`")
-		}
-		t.Skip("no qemu-system-x86_64: run `make deps`")
+		unavailable(t, "no qemu-system-x86_64: run `make deps`")
 	}
 	return k, i
 }
@@ -416,13 +420,11 @@ func TestVMStartFailureLeavesNothing(t *testing.T) {
 func TestVMStartRefusesDamagedImage(t *testing.T) {
 	e := newVMEnv(t)
 	src, missing, err := userImage("stdlib")
-	switch {
-	case err != nil:
+	if err != nil {
 		t.Fatal(err)
-	case missing != "" && os.Getenv("CI") == "true":
-		t.Fatal(missing)
-	case missing != "":
-		t.Skip(missing)
+	}
+	if missing != "" {
+		unavailable(t, missing)
 	}
 	// A copy: the user's own image stays whole.
 	dst := filepath.Join(paths.ImagesDir(e.home), "stdlib")
@@ -599,13 +601,11 @@ func TestVMHangingKVMFallsBack(t *testing.T) {
 func linkImages(t testing.TB, e *vmEnv, names ...string) {
 	t.Helper()
 	missing, err := linkImagesInto(e.home, names...)
-	switch {
-	case err != nil:
+	if err != nil {
 		t.Fatal(err)
-	case missing != "" && os.Getenv("CI") == "true":
-		t.Fatal(missing)
-	case missing != "":
-		t.Skip(missing)
+	}
+	if missing != "" {
+		unavailable(t, missing)
 	}
 }
 

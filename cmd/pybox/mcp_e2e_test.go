@@ -69,11 +69,7 @@ func needImage(t *testing.T, e *vmEnv, name string) {
 			return
 		}
 	}
-	msg := fmt.Sprintf("the VM has no %s image: build it (make images) and start the VM with it", name)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	unavailable(t, fmt.Sprintf("the VM has no %s image: build it (make images) and start the VM with it", name))
 }
 
 // noVMEnv is a PYBOX_HOME with no VM in it.
@@ -772,11 +768,7 @@ func tsClient(t *testing.T, e *vmEnv, opts []string, steps []map[string]any) *ts
 	dir, _ := filepath.Abs(filepath.Join("..", "..", "host", "mcp", "testdata", "tsclient"))
 	node, err := exec.LookPath("node")
 	if _, serr := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil || serr != nil {
-		msg := "no node or no TypeScript SDK: run `make deps` (it runs npm ci in host/mcp/testdata/tsclient)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		unavailable(t, "no node or no TypeScript SDK: run `make deps` (it runs npm ci in host/mcp/testdata/tsclient)")
 	}
 	b, _ := json.Marshal(steps)
 	cmd := exec.Command(node, append([]string{filepath.Join(dir, "client.mjs"), string(b), "--", e.bin, "mcp"}, opts...)...)
