@@ -51,11 +51,9 @@ func runMain(args []string) int {
 			Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}})
 	}
 	defer c.Close()
-	if err := c.Sealed(); err != nil {
-		var we *wire.Error
-		errors.As(err, &we)
-		we.Cleanup = &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}
-		return runFailed(ra, we)
+	var unsealable *wire.Error
+	if errors.As(c.Sealed(), &unsealable) {
+		return runFailed(ra, unsealable)
 	}
 	// Ctrl-C cancels the run in the guest; the receipt still comes back.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -97,15 +97,17 @@ func (c *Client) Hello() wire.Hello { return c.hello }
 
 // Sealed is nil when the agent seals every box. The benchmark build of
 // the agent announces that it can run boxes unsealed (wire.CapUnsealable);
-// the product's commands run nothing through it, and Sealed says how to
-// get the product's agent back.
+// the product's commands run nothing through it, and Sealed's error (a
+// *wire.Error, cleanup NOT_ATTEMPTED) says how to get the product's agent
+// back.
 func (c *Client) Sealed() error {
 	if !slices.Contains(c.hello.Capabilities, wire.CapUnsealable) {
 		return nil
 	}
 	return &wire.Error{Code: wire.ErrUnhealthy, Message: fmt.Sprintf(
 		"the VM runs the benchmark build of the guest agent (%s), whose boxes can be unsealed, so nothing is run on it: "+
-			"restart the VM with `pybox vm stop` and `pybox vm start` (without --initramfs, or with the one `make` builds)", c.hello.AgentVersion)}
+			"restart the VM with `pybox vm stop` and `pybox vm start` (without --initramfs, or with the one `make` builds)", c.hello.AgentVersion),
+		Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}}
 }
 
 // Close ends the connection. A run still in flight is cancelled by the

@@ -143,7 +143,7 @@ func TestSealed(t *testing.T) {
 		switch {
 		case !c.refuse && err != nil:
 			t.Errorf("capabilities %v: %v", c.caps, err)
-		case c.refuse && (!errors.As(err, &we) || we.Code != wire.ErrUnhealthy ||
+		case c.refuse && (!errors.As(err, &we) || we.Code != wire.ErrUnhealthy || we.Cleanup == nil || we.Cleanup.Status != wire.CleanupNotAttempted ||
 			!strings.Contains(we.Message, "benchmark build of the guest agent (v1-bench)") || !strings.Contains(we.Message, "pybox vm start")):
 			t.Errorf("capabilities %v: %v", c.caps, err)
 		}

@@ -127,16 +127,15 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	vm, err := s.dial(ctx)
 	if err != nil {
 		// The VM is not there, or (a *wire.Error) it is but will not do.
-		code := wire.ErrNoVM
+		code, msg := wire.ErrNoVM, err.Error()
 		var we *wire.Error
 		if errors.As(err, &we) {
-			code, err = we.Code, errors.New(we.Message)
+			code, msg = we.Code, we.Message
 		}
-		msg := err.Error()
+		s.logf("call refused: %s: %s", code, msg)
 		if !strings.Contains(msg, "pybox vm start") {
 			msg += ": " + startHint
 		}
-		s.logf("call refused: %s: %v", code, err)
 		return refused(code, msg+". Nothing ran.")
 	}
 	defer vm.Close()
