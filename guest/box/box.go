@@ -181,7 +181,7 @@ func (m milestones) phases(started, exited time.Time) string {
 		{"output", m.settled, m.collected},
 		{"cleanup", m.collected, m.cleaned}, // counters and removal
 	}
-	parts := make([]string, 0, len(steps)+1)
+	parts := make([]string, 0, len(steps))
 	for _, st := range steps {
 		if st.from.IsZero() || st.to.IsZero() {
 			parts = append(parts, st.name+" -")
