@@ -50,6 +50,8 @@ func Main() {
 	if err != nil {
 		fatal(log, fmt.Errorf("agent: read the kernel command line: %w", err))
 	}
+	accel := boot.ParseAccel(string(cmdline))
+	log.Printf("agent: the host says the CPU runs under %q", accel)
 	mounted := boot.MountImages(string(cmdline), log.Printf)
 	warmImages(mounted, log.Printf)
 	reap.Start()
@@ -60,7 +62,7 @@ func Main() {
 		images[i] = img.ImageInfo
 		byName[img.Name] = img.ImageInfo
 	}
-	b := box.New(box.Config{Images: byName, Agent: Info(kernel), Logf: log.Printf})
+	b := box.New(box.Config{Images: byName, Agent: Info(kernel), Accel: accel, Logf: log.Printf})
 	a := New(Config{
 		Kernel:   kernel,
 		Images:   images,

@@ -118,7 +118,7 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	if accel == "kvm" {
 		cpu = "host"
 	}
-	cmdline := KernelCmdline(cfg.Images)
+	cmdline := KernelCmdline(cfg.Images, accel)
 	if k.cmdline != "" {
 		cmdline += " " + k.cmdline
 	}

@@ -10,7 +10,7 @@ import "strings"
 // arm64, where a reboot is a PSCI call and stops the VM.
 func vzCmdline(images []Image) string {
 	var args []string
-	for _, a := range strings.Fields(KernelCmdline(images)) {
+	for _, a := range strings.Fields(KernelCmdline(images, "vz")) {
 		switch {
 		case strings.HasPrefix(a, "console="):
 			args = append(args, "console=hvc0")
