@@ -101,9 +101,14 @@ func (bd *build) fontCache(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	env := bd.chrootEnv("MPLCONFIGDIR="+mplConfigDir, "MPLBACKEND=Agg")
+	// matplotlib lists the fonts it finds in the order of a set of file
+	// names, which changes with the hash seed: a fixed seed keeps the
+	// list, and so the image's digest, the same every build. That needs
+	// the environment read (no -I); it is chrootEnv's alone, and -s -P
+	// keep the rest of what -I does.
+	env := bd.chrootEnv("MPLCONFIGDIR="+mplConfigDir, "MPLBACKEND=Agg", "PYTHONHASHSEED=0")
 	code := "import matplotlib; from matplotlib import font_manager; print(len(font_manager.fontManager.ttflist), 'fonts')"
-	if err := bd.inTree(ctx, func(l string) { bd.p.Status("%s", l) }, env, "/usr/bin/python3", "-I", "-c", code); err != nil {
+	if err := bd.inTree(ctx, func(l string) { bd.p.Status("%s", l) }, env, "/usr/bin/python3", "-s", "-P", "-c", code); err != nil {
 		return err
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, "fontlist-*.json")); len(m) == 0 {
