@@ -32,7 +32,10 @@ const (
 	NotReturnedChanged   = "changed while being read"
 	NotReturnedOverCount = "over the 64-file return cap"
 	NotReturnedName      = "name needs escaping; only plain names come back"
-	NotReturnedTimeLimit = "not examined: collecting output took too long"
+	// NotReturnedTimeLimit starts the reason of a file that collecting
+	// /tmp/output did not finish within its allowance (or before a
+	// cancel): not looked at, or listed without its sha256.
+	NotReturnedTimeLimit = "time limit"
 )
 
 // Result is the guest's answer to a run: the receipt, and the content of
@@ -68,7 +71,10 @@ type Receipt struct {
 	InputFiles    []FileDigest `json:"input_files"`
 	Output        Output       `json:"output_files"`
 	Posture       *Posture     `json:"posture,omitempty"`
-	Cleanup       Cleanup      `json:"cleanup"`
+	// Overruns names each phase that ran out of its allowance (see
+	// RunBound) and stopped where it was, and what it left undone.
+	Overruns []string `json:"overruns,omitempty"`
+	Cleanup  Cleanup  `json:"cleanup"`
 }
 
 // AgentInfo names the guest agent that wrote the receipt.
