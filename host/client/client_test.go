@@ -19,7 +19,8 @@ import (
 )
 
 // fakeGuest answers like the guest agent: pong, ok, and a receipt per run;
-// a run whose code is "wait" ends only when cancelled.
+// a run whose code is "wait" ends only when cancelled, and one whose code
+// is "deaf" never ends: a guest stuck on it.
 func fakeGuest(t *testing.T, conn net.Conn) {
 	var wmu sync.Mutex
 	write := func(m *wire.Message) {
@@ -46,6 +47,9 @@ func fakeGuest(t *testing.T, conn net.Conn) {
 		case wire.TypeShutdown:
 			write(&wire.Message{Type: wire.TypeOK, ID: m.ID})
 		case wire.TypeRun:
+			if m.Run.Code == "deaf" {
+				continue
+			}
 			if m.Run.Code == "wait" {
 				mu.Lock()
 				waiting[m.Run.RunID] = m.ID
@@ -180,6 +184,34 @@ func TestRunRefusedBeforeSending(t *testing.T) {
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Code != wire.ErrBadRequest || we.Cleanup.Status != wire.CleanupNotAttempted {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// A run whose receipt does not come by its deadline is cancelled and
+// given up with cleanup UNKNOWN; other runs go on.
+func TestRunDeadline(t *testing.T) {
+	defer client.SetDeadlineFor(func(float64) time.Duration { return 300 * time.Millisecond })()
+	home := serve(t)
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	t0 := time.Now()
+	_, err = c.Run(context.Background(), testRun("stuck", "deaf"))
+	took := time.Since(t0)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.ErrNoReceipt || we.Cleanup == nil || we.Cleanup.Status != wire.CleanupUnknown {
+		t.Fatalf("Run = %v; want %s with cleanup UNKNOWN", err, wire.ErrNoReceipt)
+	}
+	if !strings.Contains(we.Message, "pybox vm status") {
+		t.Errorf("message %q does not say what to do", we.Message)
+	}
+	if took > 300*time.Millisecond+wire.WatchdogGrace+time.Second {
+		t.Errorf("Run gave up after %v", took)
+	}
+	if res, err := c.Run(context.Background(), testRun("next", "print(1)")); err != nil || res.Receipt.Status != wire.StatusOK {
+		t.Fatalf("the next run: %+v, %v", res, err)
 	}
 }
 
