@@ -224,6 +224,9 @@ func summary(rc *wire.Receipt) []string {
 			lines = append(lines, fmt.Sprintf("%s truncated: kept %d of %d bytes", s.name, s.st.KeptBytes, s.st.Bytes))
 		}
 	}
+	for _, o := range rc.Overruns {
+		lines = append(lines, "overran: "+o)
+	}
 	if rc.Pids.LimitHit > 0 {
 		lines = append(lines, fmt.Sprintf("process limit %d reached: %d forks refused", rc.Pids.Max, rc.Pids.LimitHit))
 	}

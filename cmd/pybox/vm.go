@@ -303,6 +303,24 @@ func printStatus(s *supervisor.Status) {
 		warnUnsealable(st)
 		row("guest kernel", st.GuestKernel)
 	}
+	if st.Health != "" {
+		row("health", supervisor.Printable(st.Health))
+	}
+	if g := s.Guest; g != nil {
+		if g.Health != "" && g.Health != "healthy" {
+			row("guest health", supervisor.Printable(g.Health))
+		}
+		if p := g.Run; p != nil {
+			row("running", fmt.Sprintf("%s (image %s): %s for %.1f s, %.1f s of its bound of %.0f s",
+				supervisor.Printable(p.RunID), supervisor.Printable(p.Image), supervisor.Printable(p.Phase),
+				float64(p.PhaseMS)/1000, float64(p.RunMS)/1000, float64(p.BoundMS)/1000))
+		} else {
+			row("running", "nothing")
+		}
+	}
+	for _, r := range st.Restarts {
+		row("restarted", fmt.Sprintf("%s: %s", r.At.Format(time.RFC3339), supervisor.Printable(r.Reason)))
+	}
 	row("kernel", st.Kernel)
 	row("initramfs", st.Initramfs)
 	row("size", fmt.Sprintf("%d CPUs, %d MiB", st.CPUs, st.MemoryMiB))

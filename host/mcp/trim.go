@@ -345,6 +345,8 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 		s(&n.SHA256, maxShortString)
 		r.Output.NotReturned = append(r.Output.NotReturned, n)
 	}
+	r.Overruns = cutStrings(in.Overruns, maxTextString, s)
+	cut = cut || len(in.Overruns) > maxListed
 	if in.Posture != nil {
 		p := *in.Posture
 		s(&p.CapEff, maxShortString)

@@ -54,6 +54,10 @@ func (v VM) ConsoleLog() string { return v.path("console.log") }
 // SupervisorLog is the supervisor's own log (its stderr).
 func (v VM) SupervisorLog() string { return v.path("supervisor.log") }
 
+// LastExit says why the supervisor last stopped the VM on its own (a
+// guest that could not be kept running); a start removes it.
+func (v VM) LastExit() string { return v.path("last-exit.json") }
+
 // State is state.json, written by the supervisor while the VM runs.
 func (v VM) State() string { return v.path("state.json") }
 

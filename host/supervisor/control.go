@@ -15,6 +15,7 @@ import (
 	"pybox/host/client"
 	"pybox/host/paths"
 	"pybox/host/vm"
+	"pybox/shared/wire"
 )
 
 // ErrRunning is returned by Start when a VM runs (or boots) already.
@@ -64,6 +65,7 @@ func Start(ctx context.Context, o StartOptions) (*State, error) {
 	// Held until the supervisor has its own copy: no other start can slip in.
 	defer lock.Close()
 	cleanup(d, nil)
+	os.Remove(d.LastExit())
 	// The images were verified (superblock and sha256) when they were
 	// resolved from the store, or hashed just now for --image-file.
 	b, err := json.Marshal(startConfig{Home: o.Home, Accel: o.Accel, VM: o.VM})
@@ -208,11 +210,13 @@ type Status struct {
 	Phase   string `json:"phase,omitempty"`
 	State   *State `json:"state,omitempty"`
 	UptimeS int64  `json:"uptime_s,omitempty"`
-	// Agent says whether the guest answered a ping just now.
-	Agent   string   `json:"agent,omitempty"`
-	PingMS  float64  `json:"ping_ms,omitempty"`
-	Cleaned []string `json:"cleaned,omitempty"`
-	Note    string   `json:"note,omitempty"`
+	// Agent says whether the guest answered a ping just now, and
+	// Guest what it said it is doing.
+	Agent   string            `json:"agent,omitempty"`
+	PingMS  float64           `json:"ping_ms,omitempty"`
+	Guest   *wire.AgentStatus `json:"guest,omitempty"`
+	Cleaned []string          `json:"cleaned,omitempty"`
+	Note    string            `json:"note,omitempty"`
 }
 
 // GetStatus looks at the VM: a VM whose QEMU died is reported as not
@@ -231,14 +235,14 @@ func GetStatus(home string) (*Status, error) {
 	}
 	if free {
 		defer lock.Close()
-		return &Status{Cleaned: cleanup(d, nil)}, nil
+		return &Status{Cleaned: cleanup(d, nil), Note: lastExitNote(d)}, nil
 	}
 	st, err := ReadState(d)
 	if err != nil || st == nil {
 		return &Status{Running: true, Phase: PhaseBooting, Note: "the supervisor is starting"}, nil
 	}
 	s := &Status{Running: true, Phase: st.Phase, State: st, UptimeS: int64(time.Since(st.StartedAt).Seconds())}
-	if st.Phase == PhaseBooting {
+	if st.Phase == PhaseBooting || st.Phase == PhaseRestarting {
 		return s, nil
 	}
 	// QEMUPid is 0 where the VM runs inside the supervisor (vz): then the
@@ -246,8 +250,15 @@ func GetStatus(home string) (*Status, error) {
 	if st.QEMUPid != 0 && !vm.Alive(st.QEMUPid, vm.PidFile(d.Dir)) {
 		return reapDead(d, st), nil
 	}
-	s.Agent, s.PingMS = ping(home)
+	s.Agent, s.PingMS, s.Guest = ping(home)
 	return s, nil
+}
+
+func lastExitNote(d paths.VM) string {
+	if why := readLastExit(d); why != "" {
+		return "the supervisor stopped the VM " + why
+	}
+	return ""
 }
 
 // reapDead handles a supervisor whose QEMU is gone: it normally exits by
@@ -263,19 +274,20 @@ func reapDead(d paths.VM, st *State) *Status {
 	return s
 }
 
-func ping(home string) (string, float64) {
+func ping(home string) (string, float64, *wire.AgentStatus) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := client.DialContext(ctx, home)
 	if err != nil {
-		return "not answering: " + err.Error(), 0
+		return "not answering: " + err.Error(), 0, nil
 	}
 	defer c.Close()
 	t0 := time.Now()
-	if err := c.Ping(ctx); err != nil {
-		return "not answering: " + err.Error(), 0
+	st, err := c.Status(ctx)
+	if err != nil {
+		return "not answering: " + err.Error(), 0, nil
 	}
-	return "answering", float64(time.Since(t0).Microseconds()) / 1000
+	return "answering", float64(time.Since(t0).Microseconds()) / 1000, st
 }
 
 // Stop powers the VM off cleanly and waits until it is gone; if the guest
@@ -296,7 +308,7 @@ func Stop(home string, limit time.Duration, say func(string)) (bool, error) {
 		return false, nil
 	}
 	st, _ := ReadState(d)
-	if st == nil || st.Phase == PhaseBooting {
+	if st == nil || st.Phase == PhaseBooting || st.Phase == PhaseRestarting {
 		// Booting: the supervisor stops QEMU on SIGTERM.
 		if st != nil {
 			syscall.Kill(st.SupervisorPid, syscall.SIGTERM)
