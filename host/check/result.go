@@ -46,7 +46,7 @@ type toolResult struct {
 	Doc     document
 	Exec    wire.Receipt // the execution: a whole receipt, or its essentials
 	// TextSame says whether the text content is the same JSON as the
-	// structured content, as the page promises.
+	// structured content, as the README promises.
 	TextSame bool
 }
 

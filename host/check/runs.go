@@ -12,7 +12,7 @@ import (
 	"pybox/shared/wire"
 )
 
-// The page's limits on a result.
+// The documented limits on a result (README, Limits).
 const (
 	maxReceiptBytes  = 64 << 10
 	maxResponseBytes = 256 << 10
@@ -289,7 +289,7 @@ func (r *runner) checkTrimmed(ctx context.Context) verdict {
 	case line.Bytes > maxResponseBytes:
 		return fail(want, fmt.Sprintf("a response of %d bytes", line.Bytes), "the server sent more than a client may accept: a bug in the server")
 	case len(res.Doc.Execution) > maxReceiptBytes:
-		return fail(want, fmt.Sprintf("an execution of %d bytes", len(res.Doc.Execution)), "the server sent more receipt than the page allows: a bug in the server")
+		return fail(want, fmt.Sprintf("an execution of %d bytes", len(res.Doc.Execution)), "the server sent more receipt than the documented 64 KiB: a bug in the server")
 	case res.Doc.Delivery == nil:
 		return fail(want, "no delivery in the result: "+trimEvidence(res), hint)
 	case !res.Doc.Delivery.Trimmed || len(res.Doc.Delivery.What) == 0:
