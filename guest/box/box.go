@@ -507,6 +507,10 @@ func (rn *run) settle() {
 	// the receipt gives.
 	if p.report.program != nil {
 		rn.out.status = *p.report.program
+	} else if rn.out.exited && !rn.out.timedOut && !rn.out.cancelled && rn.out.refusal == "" {
+		// box-init ended before the program without the agent killing
+		// it: the status at hand is box-init's, not the program's.
+		rn.out.initEnded = true
 	}
 	rn.rec.Capture.Stdout, rn.rec.Capture.StdoutText = p.stdout.stream()
 	rn.rec.Capture.Stderr, rn.rec.Capture.StderrText = p.stderr.stream()

@@ -57,6 +57,10 @@ func ChildMain() {
 		}
 	}
 
+	// First, so that no signal from the program ever reaches box-init:
+	// as the namespace's init with no handlers, the kernel drops them.
+	must("signals", defaultSignals())
+
 	// The report pipe closes at exec, so the program never holds it;
 	// box-init keeps it until the program's wait status is sent.
 	_, err := unix.FcntlInt(reportFD, unix.F_SETFD, unix.FD_CLOEXEC)
