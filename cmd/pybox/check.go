@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"pybox/host/check"
+	"pybox/host/escape"
 	"pybox/host/mcp"
 )
 
@@ -65,7 +66,9 @@ after it is the command, for example
 		o.Server = []string{exe, "mcp", "--images", strings.Join(o.Images, ","), "--max-timeout", strconv.FormatFloat(o.MaxTimeout, 'f', -1, 64)}
 	}
 	if *verbose {
-		o.Logf = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "pybox check: "+format+"\n", a...) }
+		o.Logf = func(format string, a ...any) {
+			fmt.Fprintln(os.Stderr, "pybox check: "+escape.Line(fmt.Sprintf(format, a...)))
+		}
 	}
 	// An interrupt cancels the checks; their servers are stopped on the way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/escape"
 	"pybox/shared/wire"
 )
 
@@ -16,7 +17,7 @@ import (
 // structuredContent (and text). The receipt inside has its own version.
 const ResultSchemaVersion = 1
 
-// The page's limits on what goes out, on the encoded bytes.
+// The documented limits on what goes out (README, Limits), on the encoded bytes.
 const (
 	MaxReceiptBytes  = 64 << 10  // execution, JSON-encoded
 	MaxResponseBytes = 256 << 10 // one JSON-RPC response line
@@ -124,14 +125,8 @@ func (d *document) isError() bool {
 // the whole result, measured the way the SDK will encode them (json.Marshal
 // escapes <, > and & as \u003c..., so the raw length would be wrong).
 func (d *document) encode() (res *mcp.CallToolResult, receiptBytes, resultBytes int) {
-	exec, err := json.Marshal(d.Execution)
-	if err != nil {
-		panic("mcp: a receipt that cannot be encoded: " + err.Error()) // only strings, numbers and bools
-	}
-	doc, err := json.Marshal(d)
-	if err != nil {
-		panic("mcp: a result that cannot be encoded: " + err.Error())
-	}
+	exec := encodeJSON(d.Execution)
+	doc := encodeJSON(d)
 	res = &mcp.CallToolResult{
 		Content:           []mcp.Content{&mcp.TextContent{Text: string(doc)}},
 		StructuredContent: json.RawMessage(doc),
@@ -142,6 +137,17 @@ func (d *document) encode() (res *mcp.CallToolResult, receiptBytes, resultBytes 
 		panic("mcp: a result that cannot be encoded: " + err.Error())
 	}
 	return res, len(exec), len(all)
+}
+
+// encodeJSON encodes v as a result carries it: with no C1 control or
+// bidi formatting character raw in what a client may draw (the text
+// shows \uXXXX; the structured content decodes to the same strings).
+func encodeJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("mcp: a result that cannot be encoded: " + err.Error()) // only strings, numbers and bools
+	}
+	return escape.JSON(b)
 }
 
 // filesOut lists the returned files, content and all, with the host's own

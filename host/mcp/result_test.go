@@ -326,3 +326,30 @@ func FuzzShape(f *testing.F) {
 		}
 	})
 }
+
+// C1 controls and bidi formatting characters in what a program printed
+// never appear raw in a result: the JSON escapes them (the decoded text is
+// the program's, unchanged), and each stream counts its controls.
+func TestShapeEscapesControls(t *testing.T) {
+	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
+	out := "total: 42\u009b2J \u202eevil\u202c and \x1b]52;c;Zm9v\x07 and \u2066x\u2069\n"
+	rec.Capture.StdoutText, rec.Capture.StderrText = out, "plain\n"
+	rec.Capture.Stdout.Controls = 0 // the guest's word does not count
+	res := shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}})
+	raw, _ := json.Marshal(res)
+	for _, c := range []string{"\u009b", "\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\x07"} {
+		if bytes.Contains(raw, []byte(c)) {
+			t.Errorf("%q is raw in the result", c)
+		}
+	}
+	d := checkResult(t, res)
+	if d.exec.Capture.StdoutText != out {
+		t.Errorf("stdout decodes to %q, want the program's %q", d.exec.Capture.StdoutText, out)
+	}
+	if got := d.exec.Capture.Stdout.Controls; got != 7 {
+		t.Errorf("stdout controls %d, want 7", got)
+	}
+	if got := d.exec.Capture.Stderr.Controls; got != 0 {
+		t.Errorf("stderr controls %d, want 0", got)
+	}
+}

@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/escape"
 	"pybox/shared/wire"
 )
 
@@ -93,8 +93,7 @@ func (t *trimmer) measure() {
 
 // receiptFits measures only the receipt: the receipt's steps need no more.
 func (t *trimmer) receiptFits() bool {
-	exec, _ := json.Marshal(t.doc.Execution)
-	t.receiptBytes = len(exec)
+	t.receiptBytes = len(encodeJSON(t.doc.Execution))
 	return t.receiptBytes <= MaxReceiptBytes
 }
 
@@ -327,6 +326,7 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 	// A stream keeps at most max_output_bytes, and that is at most 8 KiB.
 	r.Capture.StdoutText = cutUTF8(r.Capture.StdoutText, wire.MaxOutputBytes)
 	r.Capture.StderrText = cutUTF8(r.Capture.StderrText, wire.MaxOutputBytes)
+	escape.MarkCapture(&r.Capture)
 	cut = cut || len(r.Capture.StdoutText) != len(in.Capture.StdoutText) || len(r.Capture.StderrText) != len(in.Capture.StderrText)
 	r.InputFiles = digests(in.InputFiles, wire.MaxInputFiles, s)
 	r.Output.Returned = digests(in.Output.Returned, maxReturned, s)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"pybox/host/client"
+	"pybox/host/escape"
 	"pybox/host/paths"
 	"pybox/host/vm"
 	"pybox/shared/wire"
@@ -374,17 +375,4 @@ func logTail(path string, n int) []string {
 
 // Printable escapes control characters (terminal escape sequences from
 // the guest among them) so that a line is safe to print.
-func Printable(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\t':
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
-			fmt.Fprintf(&b, "\\x%02x", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
+func Printable(s string) string { return escape.Line(s) }

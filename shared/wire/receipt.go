@@ -122,7 +122,7 @@ type Pids struct {
 type Capture struct {
 	Stdout Stream `json:"stdout_info"`
 	Stderr Stream `json:"stderr_info"`
-	// The text itself, under the names the product page uses.
+	// The text itself, under the names the README documents.
 	StdoutText string `json:"stdout"`
 	StderrText string `json:"stderr"`
 }
@@ -133,6 +133,11 @@ type Stream struct {
 	KeptBytes   int   `json:"kept_bytes"`
 	Truncated   bool  `json:"truncated"`
 	InvalidUTF8 bool  `json:"invalid_utf8"`
+	// Controls counts the characters of the text that a terminal or a
+	// bidi-aware view would act on (C0 other than tab and newline, DEL,
+	// C1, bidirectional formatting). The host counts them, not the guest;
+	// in its JSON they are escaped.
+	Controls int `json:"controls,omitempty"`
 }
 
 // FileDigest names a file with its size and sha256 (hex).
