@@ -81,6 +81,7 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
 	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
+	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
 	} else if len(pos) > 0 {
@@ -90,7 +91,7 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	if err != nil {
 		return fail("%v", err)
 	}
-	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel}
+	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox}
 	if cfg.Kernel, cfg.Initramfs, err = guestArtifacts(*kernel, *initramfs); err != nil {
 		return fail("%v", err)
 	}
@@ -128,6 +129,9 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
 		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
 	warnUnsealable(st)
+	if st.Sandbox != vm.SandboxQEMU && st.Accel != "vz" {
+		fmt.Fprintf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
+	}
 	return exitOK
 }
 
@@ -288,6 +292,7 @@ func printStatus(s *supervisor.Status) {
 	}
 	if st.Accel != "" {
 		row("accel", fmt.Sprintf("%s (%s, %s channel)", st.Accel, st.Machine, st.Channel))
+		row("vm sandbox", st.Sandbox)
 		row("boot", fmt.Sprintf("%.1f s", float64(st.BootMS)/1000))
 	}
 	row("uptime", (time.Duration(s.UptimeS) * time.Second).String())

@@ -27,6 +27,7 @@ type State struct {
 	Accel         string     `json:"accel,omitempty"`
 	Machine       string     `json:"machine,omitempty"`
 	Channel       string     `json:"channel,omitempty"`
+	Sandbox       string     `json:"sandbox,omitempty"`
 	StartedAt     time.Time  `json:"started_at"`
 	BootMS        int64      `json:"boot_ms,omitempty"`
 	AgentVersion  string     `json:"agent_version,omitempty"`

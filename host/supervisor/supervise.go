@@ -276,7 +276,7 @@ func (s *supervisor) record(m *vm.Machine, h wire.Hello, boot time.Duration) {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	st := &s.state
-	st.QEMUPid, st.Accel, st.Machine, st.Channel = m.Pid, m.Accel, m.Kind, m.Channel
+	st.QEMUPid, st.Accel, st.Machine, st.Channel, st.Sandbox = m.Pid, m.Accel, m.Kind, m.Channel, m.Sandbox
 	st.BootMS = boot.Milliseconds()
 	st.AgentVersion, st.AgentCommit, st.GuestKernel, st.Capabilities = h.AgentVersion, h.AgentCommit, h.Kernel, h.Capabilities
 	st.GuestImages = nil
