@@ -57,7 +57,9 @@ func DialContext(ctx context.Context, home string) (*Client, error) {
 	if _, err := os.Stat(d.Dir); errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNoVM
 	}
-	if err := d.Check(); err != nil {
+	if err := d.CheckSocket(); errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNoVM
+	} else if err != nil {
 		return nil, err
 	}
 	var dialer net.Dialer
@@ -68,7 +70,39 @@ func DialContext(ctx context.Context, home string) (*Client, error) {
 		}
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	// The paths were checked before the dial; the peer is checked after
+	// it, so that a directory swapped in between is caught too.
+	if err := checkPeer(nc); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	return handshake(ctx, nc)
+}
+
+// checkPeer checks that the process on the other end of nc runs as the
+// current user.
+func checkPeer(nc net.Conn) error {
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var uid int
+	var perr error
+	if err := raw.Control(func(fd uintptr) { uid, perr = peerUID(int(fd)) }); err != nil {
+		return err
+	}
+	if perr != nil {
+		return fmt.Errorf("client: who is the supervisor: %w", perr)
+	}
+	if uid != os.Getuid() {
+		return fmt.Errorf("client: the supervisor's socket %s is served by uid %d, not by you (uid %d): it is not your VM; "+
+			"check who can write to %s", nc.RemoteAddr(), uid, os.Getuid(), "$"+paths.EnvHome)
+	}
+	return nil
 }
 
 // New says hello on an established connection to a supervisor (tests,
