@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"pybox/host/escape"
 	"pybox/host/paths"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
@@ -126,8 +127,11 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	case err != nil:
 		return fail("%v", err)
 	}
+	// The agent's version, kernel and image names come from the guest's
+	// hello: shown escaped.
 	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
-		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
+		st.Accel, st.Machine, float64(st.BootMS)/1000, escape.Line(st.AgentVersion), escape.Line(st.AgentCommit),
+		escape.Line(st.GuestKernel), escape.Line(imageList(st.GuestImages)))
 	warnUnsealable(st)
 	if st.Sandbox != vm.SandboxQEMU && st.Accel != "vz" {
 		fmt.Fprintf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
@@ -140,7 +144,7 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 func warnUnsealable(st *supervisor.State) {
 	if st != nil && slices.Contains(st.Capabilities, wire.CapUnsealable) {
 		fmt.Fprintf(os.Stderr, "pybox: warning: this is the benchmark build of the guest agent (%s), whose boxes can be unsealed; "+
-			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", st.AgentVersion)
+			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", escape.Line(st.AgentVersion))
 	}
 }
 
@@ -297,7 +301,7 @@ func printStatus(s *supervisor.Status) {
 	}
 	row("uptime", (time.Duration(s.UptimeS) * time.Second).String())
 	if st.AgentVersion != "" {
-		agent := fmt.Sprintf("%s (%s)", st.AgentVersion, st.AgentCommit)
+		agent := fmt.Sprintf("%s (%s)", escape.Line(st.AgentVersion), escape.Line(st.AgentCommit))
 		if s.Agent != "" {
 			agent += ", " + s.Agent
 			if s.PingMS > 0 {
@@ -306,7 +310,7 @@ func printStatus(s *supervisor.Status) {
 		}
 		row("agent", agent)
 		warnUnsealable(st)
-		row("guest kernel", st.GuestKernel)
+		row("guest kernel", escape.Line(st.GuestKernel))
 	}
 	if st.Health != "" {
 		row("health", supervisor.Printable(st.Health))
