@@ -289,7 +289,8 @@ func printStatus(s *supervisor.Status) {
 		return
 	}
 	fmt.Printf("the VM is %s\n", st.Phase)
-	row := func(k, v string) { fmt.Printf("  %-15s %s\n", k+":", v) }
+	// Every value may hold what the guest said: each is escaped.
+	row := func(k, v string) { fmt.Printf("  %-15s %s\n", k+":", escape.Line(v)) }
 	row("supervisor pid", fmt.Sprint(st.SupervisorPid))
 	if st.QEMUPid != 0 {
 		row("qemu pid", fmt.Sprint(st.QEMUPid))
