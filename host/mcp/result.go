@@ -50,6 +50,9 @@ type document struct {
 	Execution any        `json:"execution"` // *wire.Receipt, or *essentials
 	Delivery  delivery   `json:"delivery"`
 	Files     *[]fileOut `json:"files,omitempty"`
+	// images follow the text in the result's content: returned files
+	// that are pictures (see showPictures). They are not part of the JSON.
+	images []*mcp.ImageContent
 }
 
 type callError struct {
@@ -120,15 +123,20 @@ func (d *document) isError() bool {
 	return !ok || r.Status != wire.StatusOK || r.Cleanup.Status != wire.CleanupRemoved
 }
 
-// encode renders the document as a tool result: structuredContent and the
-// same JSON as text. It returns the encoded sizes of the execution and of
-// the whole result, measured the way the SDK will encode them (json.Marshal
-// escapes <, > and & as \u003c..., so the raw length would be wrong).
+// encode renders the document as a tool result: structuredContent, the
+// same JSON as text, and the images after it. It returns the encoded sizes
+// of the execution and of the whole result, measured the way the SDK will
+// encode them (json.Marshal escapes <, > and & as \u003c..., so the raw
+// length would be wrong; the SDK sends an image's data as base64).
 func (d *document) encode() (res *mcp.CallToolResult, receiptBytes, resultBytes int) {
 	exec := encodeJSON(d.Execution)
 	doc := encodeJSON(d)
+	content := []mcp.Content{&mcp.TextContent{Text: string(doc)}}
+	for _, im := range d.images {
+		content = append(content, im)
+	}
 	res = &mcp.CallToolResult{
-		Content:           []mcp.Content{&mcp.TextContent{Text: string(doc)}},
+		Content:           content,
 		StructuredContent: json.RawMessage(doc),
 		IsError:           d.isError(),
 	}

@@ -38,6 +38,7 @@ const (
 func shape(o outcome) *mcp.CallToolResult {
 	t := newTrimmer(o)
 	t.trim()
+	t.showPictures()
 	return t.finish()
 }
 
@@ -50,6 +51,9 @@ type trimmer struct {
 	orig  wire.Receipt  // rec before any step
 	files []fileOut
 	ofile []fileOut
+	// raw holds the content of files[i] as the guest sent it, for the
+	// files that came with content.
+	raw   [][]byte
 	runID string
 	// Sizes at the last measure.
 	receiptBytes, resultBytes int
@@ -73,6 +77,9 @@ func newTrimmer(o outcome) *trimmer {
 	}
 	if o.ReturnFiles {
 		t.files = filesOut(&wire.Result{Receipt: *rec, Files: o.Result.Files})
+		for _, f := range o.Result.Files[:min(len(o.Result.Files), maxReturned)] {
+			t.raw = append(t.raw, f.Content)
+		}
 		t.ofile = slices.Clone(t.files)
 		t.doc.Files = &t.files
 	}
