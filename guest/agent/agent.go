@@ -31,8 +31,9 @@ const (
 // Runner runs one program in a fresh box; *box.Box is the real one.
 type Runner interface {
 	// Run runs r and returns its result; a cancelled ctx ends the run
-	// with status cancelled. It is never called twice at once.
-	Run(ctx context.Context, r *wire.Run) *wire.Result
+	// with status cancelled. It is never called twice at once. A run
+	// that asks for delivery has its output files streamed through emit.
+	Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result
 	// Healthy is non-nil while the box refuses runs (a cleanup failed).
 	Healthy() error
 	// Progress says where the run in progress is (nil when none is).
@@ -46,6 +47,7 @@ type Runner interface {
 type Config struct {
 	Kernel string
 	Images []wire.ImageInfo // the images mounted, in hello's order
+	Data   []string         // the data folders mounted
 	Runner Runner
 	Logf   func(format string, args ...any)
 	// PowerOff is called after shutdown has been answered. In the guest
@@ -113,7 +115,7 @@ func New(cfg Config) *Agent {
 		cfg.PowerOff = func() {}
 	}
 	if cfg.Watchdog == nil {
-		cfg.Watchdog = func(r *wire.Run) time.Duration { return wire.RunBound(r.TimeoutSeconds) + wire.WatchdogGrace }
+		cfg.Watchdog = func(r *wire.Run) time.Duration { return r.Bound() + wire.WatchdogGrace }
 	}
 	a := &Agent{cfg: cfg, images: map[string]wire.ImageInfo{}, started: time.Now()}
 	for _, img := range cfg.Images {
@@ -126,6 +128,7 @@ func New(cfg Config) *Agent {
 		Kernel:       cfg.Kernel,
 		Capabilities: slices.Clone(Capabilities),
 		Images:       slices.Clone(cfg.Images),
+		Data:         slices.Clone(cfg.Data),
 	}
 	return a
 }

@@ -51,6 +51,7 @@ func Main() {
 		fatal(log, fmt.Errorf("agent: read the kernel command line: %w", err))
 	}
 	mounted := boot.MountImages(string(cmdline), log.Printf)
+	data := boot.MountData(string(cmdline), log.Printf)
 	warmImages(mounted, log.Printf)
 	reap.Start()
 
@@ -60,10 +61,11 @@ func Main() {
 		images[i] = img.ImageInfo
 		byName[img.Name] = img.ImageInfo
 	}
-	b := box.New(box.Config{Images: byName, Agent: Info(kernel), Logf: log.Printf})
+	b := box.New(box.Config{Images: byName, Data: data, Agent: Info(kernel), Logf: log.Printf})
 	a := New(Config{
 		Kernel:   kernel,
 		Images:   images,
+		Data:     data,
 		Runner:   b,
 		Logf:     log.Printf,
 		PowerOff: func() { log.Printf("agent: powering off"); log.Flush(time.Second); boot.PowerOff() },

@@ -99,6 +99,8 @@ func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
 		e = &wire.Error{Code: wire.ErrBadRequest, Message: err.Error()}
 	} else if _, ok := a.images[r.Image]; !ok {
 		e = &wire.Error{Code: wire.ErrNoImage, Message: fmt.Sprintf("image %q is not in this VM; it has: %s", r.Image, a.imageList())}
+	} else if missing := a.missingData(r); missing != "" {
+		e = &wire.Error{Code: wire.ErrNoData, Message: fmt.Sprintf("data folder %q is not in this VM; it has: %s", missing, a.dataList())}
 	} else {
 		e = a.start(c, id, r)
 	}
@@ -107,6 +109,23 @@ func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
 		e.Cleanup = &wire.Cleanup{Status: wire.CleanupNotAttempted}
 		c.send(&wire.Message{Type: wire.TypeError, ID: id, Error: e})
 	}
+}
+
+// missingData is the first data folder r names that the VM lacks, or "".
+func (a *Agent) missingData(r *wire.Run) string {
+	for _, d := range r.Data {
+		if !slices.Contains(a.hello.Data, d.Name) {
+			return d.Name
+		}
+	}
+	return ""
+}
+
+func (a *Agent) dataList() string {
+	if len(a.hello.Data) == 0 {
+		return "none (start the VM with --data NAME=DIR)"
+	}
+	return strings.Join(a.hello.Data, ", ")
 }
 
 func (a *Agent) imageList() string {
@@ -160,8 +179,13 @@ func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
 func (a *Agent) run(ctx context.Context, ar *activeRun, id uint64, r *wire.Run) {
 	defer close(ar.done)
 	ended := make(chan runOutcome, 1)
+	// Delivered output goes to the connection the run came from, as
+	// output messages answering the run's own id, before its receipt.
+	emit := func(o *wire.OutputChunk) error {
+		return ar.conn.send(&wire.Message{Type: wire.TypeOutput, ID: id, Output: o})
+	}
 	go func() {
-		res, err := a.runBox(ctx, r)
+		res, err := a.runBox(ctx, r, emit)
 		ended <- runOutcome{res, err}
 	}()
 	watchdog := time.NewTimer(a.cfg.Watchdog(r))
@@ -248,7 +272,7 @@ func (a *Agent) status() wire.AgentStatus {
 // runBox calls the runner and turns a panic in it into an error: PID 1
 // must outlive a bug in the box code. After a panic the box's state is
 // unknown, so the agent refuses further runs.
-func (a *Agent) runBox(ctx context.Context, r *wire.Run) (res *wire.Result, e *wire.Error) {
+func (a *Agent) runBox(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) (res *wire.Result, e *wire.Error) {
 	defer func() {
 		if p := recover(); p != nil {
 			a.logf("agent: run %s: the box panicked: %v\n%s", r.RunID, p, debug.Stack())
@@ -259,7 +283,7 @@ func (a *Agent) runBox(ctx context.Context, r *wire.Run) (res *wire.Result, e *w
 				Cleanup: &wire.Cleanup{Status: wire.CleanupFailed, Detail: "the box's state is unknown after a panic"}}
 		}
 	}()
-	res = a.cfg.Runner.Run(ctx, r)
+	res = a.cfg.Runner.Run(ctx, r, emit)
 	if res == nil {
 		return nil, &wire.Error{Code: wire.ErrInternal, Message: "the box returned no result",
 			Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}}

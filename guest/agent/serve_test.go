@@ -33,7 +33,7 @@ func newFakeRunner() *fakeRunner {
 	return &fakeRunner{started: make(chan *wire.Run, 8), release: make(chan struct{}, 8), aborted: make(chan string, 8)}
 }
 
-func (f *fakeRunner) Run(ctx context.Context, r *wire.Run) *wire.Result {
+func (f *fakeRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error) *wire.Result {
 	f.calls.Add(1)
 	if f.panics {
 		panic("box bug")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 // Config is what the agent tells the box about the VM.
 type Config struct {
 	Images map[string]wire.ImageInfo // by name; the root of image X is /images/X
+	Data   []string                  // the data folders mounted, at <data>/<name>
 	Agent  wire.AgentInfo
 	// Logf, if set, gets one line per run that made a box: where its
 	// time went, phase by phase.
@@ -48,6 +50,7 @@ type Box struct {
 type paths struct {
 	exe     string // the binary started as box-init
 	images  string // the image mounts, <images>/<name>
+	data    string // the data folders' mounts, <data>/<name>
 	staging string // the staging tmpfs mounts, <staging>/<run_id>/tmp
 	cgroups string // the runs' parent cgroup; "" only in tests without cgroup2
 }
@@ -55,6 +58,7 @@ type paths struct {
 var guestPaths = paths{
 	exe:     "/proc/self/exe",
 	images:  "/images",
+	data:    "/run/data",
 	staging: "/run/boxes",
 	cgroups: "/sys/fs/cgroup/runs",
 }
@@ -81,10 +85,14 @@ func agentNamespaces() map[string]uint64 {
 // Run runs r in a fresh box and returns its result. It always returns a
 // receipt, whose cleanup status says whether the box is confirmed gone.
 // Cancelling ctx kills the box; the receipt then says cancelled.
-func (b *Box) Run(ctx context.Context, r *wire.Run) *wire.Result {
+//
+// A run that asks for delivery (r.Deliver) has the files of its
+// /tmp/output streamed through emit, in chunks, before it returns.
+func (b *Box) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result {
 	b.run.Lock()
 	defer b.run.Unlock()
 	rn := b.newRun(r)
+	rn.emit = emit
 	if err := b.admit(r); err != nil {
 		rn.out.refusal = err.Error()
 		return rn.result()
@@ -121,7 +129,7 @@ func (b *Box) Progress() *wire.RunProgress {
 	return &wire.RunProgress{
 		RunID: rn.req.RunID, Image: rn.req.Image, Phase: rn.phase,
 		PhaseMS: now.Sub(rn.phaseAt).Milliseconds(), RunMS: now.Sub(rn.at.begun).Milliseconds(),
-		BoundMS: wire.RunBound(rn.req.TimeoutSeconds).Milliseconds(),
+		BoundMS: rn.req.Bound().Milliseconds(),
 	}
 }
 
@@ -181,6 +189,11 @@ func (b *Box) admit(r *wire.Run) error {
 	if _, ok := b.cfg.Images[r.Image]; !ok {
 		return fmt.Errorf("this VM has no image %q", r.Image)
 	}
+	for _, d := range r.Data {
+		if !slices.Contains(b.cfg.Data, d.Name) {
+			return fmt.Errorf("this VM has no data folder %q", d.Name)
+		}
+	}
 	if err := b.Healthy(); err != nil {
 		return err
 	}
@@ -227,6 +240,8 @@ type run struct {
 	exitedAt time.Time
 	empty    bool // the cgroup was confirmed empty after the run
 	at       milestones
+
+	emit func(*wire.OutputChunk) error // where delivered files go
 
 	// settleBy is when settling must be done: SettleAllowance after the
 	// box was killed, or after the program's end.
@@ -291,6 +306,7 @@ func (b *Box) newRun(r *wire.Run) *run {
 		Memory:     wire.Memory{LimitBytes: memoryMax, Reading: readingNone},
 		Pids:       wire.Pids{Max: pidsMax},
 		InputFiles: []wire.FileDigest{},
+		Data:       dataInfo(r.Data),
 		Output:     wire.Output{Returned: []wire.FileDigest{}, NotReturned: []wire.NotReturned{}},
 		Cleanup:    wire.Cleanup{Status: wire.CleanupNotAttempted},
 	}
@@ -298,6 +314,34 @@ func (b *Box) newRun(r *wire.Run) *run {
 		rn.rec.InputFiles = digestInputs(r.Files)
 	}
 	return rn
+}
+
+// dataInfo is the data folders for the receipt, as the host described
+// them, each string bounded: the host checks them again.
+func dataInfo(in []wire.DataFolder) []wire.DataFolder {
+	if len(in) > wire.MaxDataFolders {
+		in = in[:wire.MaxDataFolders]
+	}
+	out := make([]wire.DataFolder, 0, len(in))
+	for _, d := range in {
+		d.HostPath = cut(d.HostPath, 1024)
+		d.Digest = cut(d.Digest, 64)
+		if len(d.LeftOut) > 8 {
+			d.LeftOut = d.LeftOut[:8]
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // Readings of memory.peak.
@@ -313,6 +357,7 @@ const (
 	phaseProgram = "program" // the program runs, up to its timeout
 	phaseSettle  = "settle"  // the box is killed and emptied, the pipes drained
 	phaseOutput  = "output"  // /tmp/output is collected and the counters read
+	phaseDeliver = "deliver" // /tmp/output is streamed whole to the host
 	phaseCleanup = "cleanup" // the tmpfs and the cgroup are removed
 )
 
@@ -354,6 +399,9 @@ func (rn *run) execute(ctx context.Context) {
 		Argv: []string{"python3", "-I", "-B", "-c", rn.req.Code}, Env: programEnv(),
 		AgentNS: b.agentNS, UID: programID, GID: programID, FileSizeMax: tmpBytes,
 	}
+	for _, d := range rn.req.Data {
+		cfg.Data = append(cfg.Data, dataMount{Name: d.Name, Source: b.paths.data + "/" + d.Name})
+	}
 	cfg.SkipPosture, cfg.SkipSeccomp = b.skips()
 	cgfd := -1
 	if rn.cg != nil {
@@ -374,9 +422,25 @@ func (rn *run) execute(ctx context.Context) {
 		var overrun string
 		rn.files, rn.rec.Output, overrun = collectOutput(ctx, rn.st.tmp, rn.req.ReturnFiles, time.Now().Add(wire.CollectAllowance))
 		rn.overran(overrun)
+		rn.deliver(ctx)
 	}
 	rn.at.collected = time.Now()
 	rn.measure()
+}
+
+// deliver streams /tmp/output whole to the host, for a run that asked.
+func (rn *run) deliver(ctx context.Context) {
+	if rn.req.Deliver == nil || rn.emit == nil {
+		return
+	}
+	rn.enter(phaseDeliver)
+	emit := func(name string, off int64, data []byte) error {
+		return rn.emit(&wire.OutputChunk{RunID: rn.req.RunID, Name: name, Offset: off, Data: data})
+	}
+	d := deliverOutput(ctx, rn.st.tmp, rn.req.Deliver, emit, time.Now().Add(wire.DeliverAllowance))
+	rn.rec.Output.Delivered = d.delivered
+	rn.rec.Output.NotDelivered, rn.rec.Output.NotDeliveredUnlisted = d.notDelivered, d.notListed
+	rn.overran(d.overrun)
 }
 
 // overran notes in the receipt a phase that stopped before it was done.

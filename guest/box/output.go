@@ -316,3 +316,139 @@ func (c *collector) notReturned(name, reason string, bytes int64, sum string) {
 	}
 	c.out.NotReturned = append(c.out.NotReturned, nr)
 }
+
+// emitFunc sends part of a delivered file to the host; an error means the
+// host is gone and delivery stops.
+type emitFunc func(name string, offset int64, data []byte) error
+
+// delivery is what deliverOutput did.
+type delivery struct {
+	delivered    []wire.FileDigest
+	notDelivered []wire.NotReturned
+	notListed    int
+	overrun      string
+}
+
+// deliverOutput streams every file of tmp/output whole through emit, in
+// name order, up to d.MaxBytes in all and until deadline or ctx ends
+// (checked between chunks). It takes what the collector takes: regular
+// files with one link and a plain name, opened without following links.
+// What it leaves out is listed (the first 16) with the reason.
+func deliverOutput(ctx context.Context, tmp string, d *wire.Deliver, emit emitFunc, deadline time.Time) delivery {
+	var res delivery
+	c := &collector{}
+	why := ""
+	c.stop = func() bool {
+		switch {
+		case c.over:
+		case ctx.Err() != nil:
+			c.over, why = true, "the run was cancelled"
+		case !time.Now().Before(deadline):
+			c.over, why = true, "its allowance ran out"
+		}
+		return c.over
+	}
+	note := func(name, reason string, bytes int64) {
+		if len(res.notDelivered) >= wire.MaxListedNotReturned {
+			res.notListed++
+			return
+		}
+		res.notDelivered = append(res.notDelivered, wire.NotReturned{Name: wire.EscapeName(name), Reason: reason, Bytes: max(bytes, 0)})
+	}
+	names, more, err := c.open(tmp)
+	if err != nil {
+		note("output", wire.NotReturnedUnreadble+": "+err.Error(), -1)
+		return res
+	}
+	defer unix.Close(c.dir)
+	res.notListed += more
+	slices.Sort(names)
+	budget := d.MaxBytes
+	for _, name := range names {
+		if c.stop() {
+			note(name, wire.NotReturnedTimeLimit+": not delivered", -1)
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(c.dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			note(name, wire.NotReturnedUnreadble, -1)
+			continue
+		}
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			note(name, wire.NotReturnedSymlink, -1)
+		case st.Mode&unix.S_IFMT != unix.S_IFREG:
+			note(name, wire.NotReturnedNotFile, -1)
+		case st.Nlink > 1:
+			note(name, wire.NotReturnedHardLink, st.Size)
+		case !plainName(name):
+			note(name, wire.NotReturnedName, st.Size)
+		case st.Size > budget:
+			note(name, wire.NotDeliveredOverCap, st.Size)
+		default:
+			digest, reason := c.stream(name, st, emit)
+			if reason != "" {
+				note(name, reason, st.Size)
+				if reason == errEmitReason {
+					return res
+				}
+				continue
+			}
+			budget -= st.Size
+			res.delivered = append(res.delivered, wire.FileDigest{Name: name, Bytes: st.Size, SHA256: digest})
+		}
+	}
+	if c.over {
+		res.overrun = fmt.Sprintf("deliver: streaming /tmp/output stopped (%s): %d of %d files delivered", why, len(res.delivered), len(names)+more)
+	}
+	return res
+}
+
+// errEmitReason is the reason for a file whose delivery the host stopped
+// taking; nothing after it is sent.
+const errEmitReason = "not delivered: the host stopped taking it"
+
+// stream sends one file through emit a chunk at a time, and returns its
+// sha256, or why it was not delivered whole.
+func (c *collector) stream(name string, st unix.Stat_t, emit emitFunc) (string, string) {
+	if st.Size == 0 { // one empty chunk, so that the host makes the file
+		if emit(name, 0, nil) != nil {
+			return "", errEmitReason
+		}
+		return hex.EncodeToString(sha256.New().Sum(nil)), ""
+	}
+	f, err := c.openFile(name, st)
+	if err != nil {
+		return "", failReason(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	buf := make([]byte, wire.MaxOutputChunk)
+	var off int64
+	for {
+		if c.stop() {
+			return "", wire.NotReturnedTimeLimit + ": delivery stopped part way"
+		}
+		n, err := io.ReadFull(io.LimitReader(f, st.Size+1-off), buf)
+		if n > 0 {
+			if off+int64(n) > st.Size {
+				return "", wire.NotReturnedChanged
+			}
+			h.Write(buf[:n])
+			if eerr := emit(name, off, buf[:n]); eerr != nil {
+				return "", errEmitReason
+			}
+			off += int64(n)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return "", wire.NotReturnedUnreadble
+		}
+	}
+	if off != st.Size {
+		return "", wire.NotReturnedChanged
+	}
+	return hex.EncodeToString(h.Sum(nil)), ""
+}

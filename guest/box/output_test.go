@@ -275,3 +275,70 @@ func TestCollectOutOfTimeBeforeStart(t *testing.T) {
 		t.Errorf("overrun %q", overrun)
 	}
 }
+
+// chunks collects what deliverOutput emits, as the host would.
+type chunks struct {
+	files map[string][]byte
+	fail  string // emitting a chunk of this file fails (the host went away)
+}
+
+func (c *chunks) emit(name string, off int64, data []byte) error {
+	if name == c.fail {
+		return fmt.Errorf("gone")
+	}
+	if c.files == nil {
+		c.files = map[string][]byte{}
+	}
+	if int64(len(c.files[name])) != off {
+		panic(fmt.Sprintf("%s: chunk at %d after %d bytes", name, off, len(c.files[name])))
+	}
+	c.files[name] = append(c.files[name], data...)
+	return nil
+}
+
+func TestDeliverOutput(t *testing.T) {
+	tmp, out := outputDir(t)
+	big := bytes.Repeat([]byte("0123456789"), 120000) // 1.2 MB: three chunks
+	write(t, filepath.Join(out, "a.txt"), []byte("abc"))
+	write(t, filepath.Join(out, "b-big"), big)
+	write(t, filepath.Join(out, "c-too-big"), make([]byte, 3<<20))
+	write(t, filepath.Join(out, "d-empty"), nil)
+	os.Symlink("/etc/shadow", filepath.Join(out, "e-link"))
+	var got chunks
+	d := deliverOutput(context.Background(), tmp, &wire.Deliver{MaxBytes: 2 << 20}, got.emit, time.Now().Add(time.Minute))
+	want := map[string][]byte{"a.txt": []byte("abc"), "b-big": big, "d-empty": nil}
+	if len(d.delivered) != len(want) {
+		t.Fatalf("delivered %+v", d.delivered)
+	}
+	for _, f := range d.delivered {
+		if !bytes.Equal(got.files[f.Name], want[f.Name]) || f.SHA256 != sum(want[f.Name]) || f.Bytes != int64(len(want[f.Name])) {
+			t.Errorf("%s: %d bytes emitted, receipt %+v", f.Name, len(got.files[f.Name]), f)
+		}
+	}
+	if _, ok := got.files["d-empty"]; !ok {
+		t.Error("the empty file was never emitted: the host could not make it")
+	}
+	reasons := map[string]string{}
+	for _, n := range d.notDelivered {
+		reasons[n.Name] = n.Reason
+	}
+	if reasons["c-too-big"] != wire.NotDeliveredOverCap || reasons["e-link"] != wire.NotReturnedSymlink || len(reasons) != 2 {
+		t.Errorf("not delivered %+v", d.notDelivered)
+	}
+	if d.overrun != "" {
+		t.Errorf("overrun %q", d.overrun)
+	}
+
+	// The host going away stops delivery at that file.
+	stop := chunks{fail: "b-big"}
+	d = deliverOutput(context.Background(), tmp, &wire.Deliver{MaxBytes: 2 << 20}, stop.emit, time.Now().Add(time.Minute))
+	if len(d.delivered) != 1 || d.delivered[0].Name != "a.txt" {
+		t.Errorf("after the host went: delivered %+v", d.delivered)
+	}
+
+	// Past the deadline nothing more is sent, and the receipt says so.
+	d = deliverOutput(context.Background(), tmp, &wire.Deliver{MaxBytes: 2 << 20}, (&chunks{}).emit, time.Now())
+	if len(d.delivered) != 0 || !strings.Contains(d.overrun, "allowance ran out") {
+		t.Errorf("past the deadline: %+v", d)
+	}
+}

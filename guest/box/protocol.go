@@ -34,6 +34,8 @@ type childConfig struct {
 	AgentNS map[string]uint64 `json:"agent_ns"` // the agent's namespace inodes, by /proc/self/ns name
 	UID     int               `json:"uid"`
 	GID     int               `json:"gid"`
+	// Data are the data folders to bind, read-only, at /data/<name>.
+	Data []dataMount `json:"data,omitempty"`
 	// FileSizeMax is RLIMIT_FSIZE: no file the program writes may be
 	// larger than its /tmp could hold, so that no sparse file is far
 	// larger than the space it takes.
@@ -44,6 +46,13 @@ type childConfig struct {
 	// box-init refuses a configuration with either set.
 	SkipPosture bool `json:"skip_posture,omitempty"`
 	SkipSeccomp bool `json:"skip_seccomp,omitempty"`
+}
+
+// dataMount is a data folder's mount in the agent (Source), to be bound
+// at /data/<Name> in the box.
+type dataMount struct {
+	Name   string `json:"name"`
+	Source string `json:"source"`
 }
 
 // check says what is wrong with a configuration box-init was given.

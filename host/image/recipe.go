@@ -18,7 +18,7 @@ import (
 
 // BuilderVersion is part of every recipe key: bump it when the build
 // pipeline changes what it produces, so cached images are rebuilt.
-const BuilderVersion = 3
+const BuilderVersion = 4
 
 // Recipe says how to build an image. A recipe with no From is bootstrapped
 // with mmdebstrap (variant essential); one with From starts from that

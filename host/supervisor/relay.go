@@ -64,7 +64,16 @@ type Relay struct {
 	// silent is set by the supervisor's health check while the guest
 	// does not answer its pings: runs are refused at once meanwhile.
 	silent string
+	// prepare, when set, readies what a run that names data folders
+	// needs (their copies brought up to date) before it is sent; it runs
+	// only while no other run is in flight, as preparing says.
+	prepare   func(*wire.Run) *wire.Error
+	preparing bool
 }
+
+// SetPrepare sets what readies a run that names data folders (see
+// Relay.prepare).
+func (r *Relay) SetPrepare(f func(*wire.Run) *wire.Error) { r.prepare = f }
 
 // pending is a request on its way through the guest.
 type pending struct {
@@ -73,6 +82,7 @@ type pending struct {
 	typ     string
 	runID   string
 	expires time.Time
+	deliver bool // a run that asked for its output streamed (Run.Deliver)
 	// reply, when set, takes the answer instead of a client: the
 	// supervisor's own requests (its health pings).
 	reply chan *wire.Message
@@ -83,7 +93,8 @@ func newPending(c *peer, m *wire.Message) *pending {
 	p := &pending{c: c, id: m.ID, typ: m.Type, expires: time.Now().Add(requestLimit)}
 	if m.Run != nil {
 		p.runID = m.Run.RunID
-		p.expires = time.Now().Add(wire.HostDeadline(m.Run.TimeoutSeconds))
+		p.expires = time.Now().Add(m.Run.HostDeadline())
+		p.deliver = m.Run.Deliver != nil
 	}
 	return p
 }
@@ -216,6 +227,10 @@ func (r *Relay) readGuest() error {
 // answer must match a request in flight and be of a type that request
 // allows, else it is logged and dropped.
 func (r *Relay) deliver(m *wire.Message) {
+	if m.Type == wire.TypeOutput {
+		r.deliverOutput(m)
+		return
+	}
 	r.mu.Lock()
 	p := r.pending[m.ID]
 	delete(r.pending, m.ID)
@@ -236,6 +251,29 @@ func (r *Relay) deliver(m *wire.Message) {
 		return
 	}
 	r.answer(p, m)
+}
+
+// deliverOutput passes on part of a delivered file: only for a run in
+// flight that asked for delivery, and only of that run. The run stays in
+// flight. The client takes it within clientWriteLimit or is dropped;
+// waiting for it holds the guest's reader, which is how the guest is
+// slowed to what the client can write.
+func (r *Relay) deliverOutput(m *wire.Message) {
+	r.mu.Lock()
+	p := r.pending[m.ID]
+	r.mu.Unlock()
+	switch {
+	case p == nil || p.typ != wire.TypeRun || !p.deliver:
+		r.logDropped("the guest sent output for id %d, which is no run in flight that asked for it: dropped", m.ID)
+		return
+	case m.Output.RunID != p.runID:
+		r.logDropped("the guest sent output of run %q for run %s: dropped", m.Output.RunID, p.runID)
+		return
+	case p.c == nil:
+		return // the client left; the run's cancel is on its way
+	}
+	m.ID = p.id
+	p.c.sendWait(m, clientWriteLimit)
 }
 
 func allowed(req, reply string) bool {
@@ -446,9 +484,51 @@ func (r *Relay) forward(c *peer, m *wire.Message) {
 		r.stopping = true
 		r.mu.Unlock()
 	}
+	if m.Type == wire.TypeRun && len(m.Run.Data) > 0 {
+		if e := r.prepareData(m.Run); e != nil {
+			c.sendErr(m.ID, e.Code, e.Message, notSent)
+			return
+		}
+		defer r.donePreparing()
+	}
 	if err := r.send(p, m); err != nil {
 		c.sendErr(m.ID, wire.ErrNoVM, "the VM is not reachable: "+err.Error(), notSent)
 	}
+}
+
+// prepareData readies a run that names data folders. Their copies must
+// not change under a run that reads them, so this waits for nothing: with
+// another run in flight (or being readied), the run is busy, as the
+// guest would say. The caller must call donePreparing once the run is
+// sent (and so in flight) or refused.
+func (r *Relay) prepareData(run *wire.Run) *wire.Error {
+	r.mu.Lock()
+	busy := r.preparing
+	for _, q := range r.pending {
+		busy = busy || q.typ == wire.TypeRun
+	}
+	if !busy {
+		r.preparing = true
+	}
+	r.mu.Unlock()
+	if busy {
+		return &wire.Error{Code: wire.ErrBusy, Message: "another run is in progress; nothing was queued: try again when it has finished"}
+	}
+	if r.prepare == nil {
+		r.donePreparing()
+		return &wire.Error{Code: wire.ErrNoData, Message: "this VM has no data folders: start it with `pybox vm start --data NAME=DIR`"}
+	}
+	if e := r.prepare(run); e != nil {
+		r.donePreparing()
+		return e
+	}
+	return nil
+}
+
+func (r *Relay) donePreparing() {
+	r.mu.Lock()
+	r.preparing = false
+	r.mu.Unlock()
 }
 
 // send registers p and writes m to the guest under a fresh ID.

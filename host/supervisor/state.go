@@ -39,6 +39,8 @@ type State struct {
 	MemoryMiB     int        `json:"memory_mib"`
 	CPUs          int        `json:"cpus"`
 	Images        []vm.Image `json:"images"`
+	// Data are the data folders shared with the guest, read-only.
+	Data []vm.DataShare `json:"data,omitempty"`
 	// GuestImages are the images the guest says it mounted, with the
 	// digests it was given.
 	GuestImages []vm.Image `json:"guest_images,omitempty"`

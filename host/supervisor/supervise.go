@@ -142,7 +142,7 @@ func (s *supervisor) run() error {
 	}
 	c := s.cfg.VM
 	s.state = State{Phase: PhaseBooting, SupervisorPid: os.Getpid(), StartedAt: time.Now().UTC(),
-		Kernel: c.Kernel, Initramfs: c.Initramfs, MemoryMiB: c.MemoryMiB, CPUs: c.CPUs, Images: c.Images}
+		Kernel: c.Kernel, Initramfs: c.Initramfs, MemoryMiB: c.MemoryMiB, CPUs: c.CPUs, Images: c.Images, Data: c.Data}
 	if err := writeState(s.dir, &s.state); err != nil {
 		return err
 	}
@@ -165,6 +165,12 @@ func (s *supervisor) run() error {
 	defer conL.Close()
 	go s.con.serve(conL)
 
+	// The copies of the data folders live as long as the VM: they are
+	// copies of the user's files, and nothing else should keep them.
+	defer os.RemoveAll(s.dir.DataDir())
+	if err := makeMirrors(s.cfg.VM.Data); err != nil {
+		return err
+	}
 	m, relay, err := s.boot(ctx, s.cfg.Accel)
 	if err != nil {
 		return err
@@ -225,7 +231,9 @@ func (s *supervisor) attempt(ctx context.Context, a vm.Attempt) (*vm.Machine, *R
 	guest, hello, err := greet(hctx, m)
 	if err == nil {
 		s.record(m, hello, time.Since(t0))
-		return m, NewRelay(guest, hello, s.logf), nil
+		r := NewRelay(guest, hello, s.logf)
+		r.SetPrepare(s.prepareRun)
+		return m, r, nil
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		// The channel broke: most likely QEMU is exiting, and its exit

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,8 @@ type Config struct {
 	Channel string `json:"channel,omitempty"`
 	// Dir is the VM's private directory (sockets live there).
 	Dir string `json:"dir"`
+	// Data are the data folders shared with the guest, read-only.
+	Data []DataShare `json:"data,omitempty"`
 	// NoQEMUSandbox lets the VM start under a QEMU built without its
 	// seccomp sandbox (-sandbox); without it such a QEMU is refused.
 	NoQEMUSandbox bool `json:"no_qemu_sandbox,omitempty"`
@@ -42,6 +46,19 @@ type Image struct {
 	Path   string `json:"path"`
 	Digest string `json:"digest"`
 }
+
+// DataShare is a data folder the user named: the guest sees Mirror, the
+// copy of Folder the supervisor keeps (host/mirror), read-only.
+type DataShare struct {
+	Name   string `json:"name"`
+	Folder string `json:"folder"`
+	Mirror string `json:"mirror"`
+}
+
+// DataTag is the share tag (9p mount tag, virtio-fs tag) of the i-th data
+// folder; the kernel command line's pybox.data= entries name them in the
+// same order.
+func DataTag(i int) string { return "pyboxdata" + strconv.Itoa(i) }
 
 // SandboxQEMU is Machine.Sandbox for a QEMU confined by its own seccomp
 // filter.
@@ -89,7 +106,10 @@ func (c *Config) Check() error {
 			return fmt.Errorf("vm: no %s at %q: %s", f.what, f.path, f.hint)
 		}
 	}
-	return checkImages(c.Images)
+	if err := checkImages(c.Images); err != nil {
+		return err
+	}
+	return c.checkData()
 }
 
 func checkImages(images []Image) error {
@@ -113,6 +133,35 @@ func checkImages(images []Image) error {
 	return nil
 }
 
+// MaxDataShares bounds the data folders of one VM.
+const MaxDataShares = 16
+
+func (c *Config) checkData() error {
+	if len(c.Data) > MaxDataShares {
+		return fmt.Errorf("vm: %d data folders; a VM takes at most %d", len(c.Data), MaxDataShares)
+	}
+	seen := map[string]bool{}
+	for _, d := range c.Data {
+		if err := wire.CheckDataName(d.Name); err != nil {
+			return fmt.Errorf("vm: --data %s: %w", d.Name, err)
+		}
+		if seen[d.Name] {
+			return fmt.Errorf("vm: data folder %q is named twice", d.Name)
+		}
+		seen[d.Name] = true
+		if !filepath.IsAbs(d.Folder) {
+			return fmt.Errorf("vm: data folder %s: %q is not an absolute path", d.Name, d.Folder)
+		}
+		if fi, err := os.Stat(d.Folder); err != nil || !fi.IsDir() {
+			return fmt.Errorf("vm: data folder %s: %q is not a directory", d.Name, d.Folder)
+		}
+		if strings.ContainsAny(d.Mirror, ",") {
+			return fmt.Errorf("vm: the copy of data folder %s would be at %q, whose comma QEMU cannot take: set %s elsewhere", d.Name, d.Mirror, "PYBOX_HOME")
+		}
+	}
+	return nil
+}
+
 // FileSHA256 returns the sha256 of a file's content, in hex.
 func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
@@ -129,17 +178,20 @@ func FileSHA256(path string) (string, error) {
 
 // KernelCmdline is the guest kernel's command line, without the
 // backend's own additions.
-func KernelCmdline(images []Image) string {
+func KernelCmdline(cfg Config) string {
 	args := []string{
 		"console=ttyS0",
 		"loglevel=4",
 		"panic=-1", // a panic reboots, and a reboot ends the VM (-no-reboot)
 		"reboot=t", // reboot with a triple fault: works on every machine type
 	}
-	sorted := append([]Image(nil), images...)
+	sorted := append([]Image(nil), cfg.Images...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, im := range sorted {
 		args = append(args, "pybox.image="+im.Name+":"+im.Digest)
+	}
+	for _, d := range cfg.Data {
+		args = append(args, "pybox.data="+d.Name)
 	}
 	return strings.Join(args, " ")
 }

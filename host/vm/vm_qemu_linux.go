@@ -118,7 +118,7 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	if accel == "kvm" {
 		cpu = "host"
 	}
-	cmdline := KernelCmdline(cfg.Images)
+	cmdline := KernelCmdline(cfg)
 	if k.cmdline != "" {
 		cmdline += " " + k.cmdline
 	}
@@ -158,6 +158,15 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 		args = append(args,
 			"-drive", "file="+im.Path+",if=none,format=raw,readonly=on,id="+id,
 			"-device", "virtio-blk"+k.suffix+",drive="+id+",serial="+im.Name)
+	}
+	for i, d := range cfg.Data {
+		// The supervisor's copy of the folder, read-only: the guest can
+		// neither write it nor (security_model=none, and QEMU opens
+		// every path without following links) reach past it.
+		id := "data" + strconv.Itoa(i)
+		args = append(args,
+			"-fsdev", "local,id="+id+",path="+d.Mirror+",security_model=none,readonly=on",
+			"-device", "virtio-9p"+k.suffix+",fsdev="+id+",mount_tag="+DataTag(i))
 	}
 	if sandbox {
 		// QEMU's own seccomp filter: if the guest ever escapes into QEMU,

@@ -23,6 +23,10 @@ const (
 	DrainAllowance = 2 * time.Second
 	// CollectAllowance: reading, hashing and listing /tmp/output.
 	CollectAllowance = 5 * time.Second
+	// DeliverAllowance: streaming /tmp/output whole to the host, for a
+	// run that asks for it (Run.Deliver): 64 MiB at the 10 MB/s or so a
+	// TCG guest's channel carries, with room to spare.
+	DeliverAllowance = 20 * time.Second
 	// CleanupAllowance: the counters, the tmpfs's unmount and the
 	// cgroup's removal, with one more kill if the box had not emptied.
 	CleanupAllowance = 5 * time.Second
@@ -49,4 +53,18 @@ func RunBound(timeoutS float64) time.Duration {
 // cancels the run and reports its cleanup as UNKNOWN.
 func HostDeadline(timeoutS float64) time.Duration {
 	return RunBound(timeoutS) + WatchdogGrace + HostMargin
+}
+
+// Bound is RunBound for this run: with DeliverAllowance when it asks for
+// its output streamed whole.
+func (r *Run) Bound() time.Duration {
+	if r.Deliver != nil {
+		return RunBound(r.TimeoutSeconds) + DeliverAllowance
+	}
+	return RunBound(r.TimeoutSeconds)
+}
+
+// HostDeadline is the package's HostDeadline for this run.
+func (r *Run) HostDeadline() time.Duration {
+	return r.Bound() + WatchdogGrace + HostMargin
 }

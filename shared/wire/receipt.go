@@ -36,6 +36,8 @@ const (
 	// /tmp/output did not finish within its allowance (or before a
 	// cancel): not looked at, or listed without its sha256.
 	NotReturnedTimeLimit = "time limit"
+	// NotDeliveredOverCap: a file past the run's delivery bound.
+	NotDeliveredOverCap = "over the output folder's bound for one run"
 )
 
 // Result is the guest's answer to a run: the receipt, and the content of
@@ -69,8 +71,10 @@ type Receipt struct {
 	Pids          Pids         `json:"pids"`
 	Capture       Capture      `json:"capture"`
 	InputFiles    []FileDigest `json:"input_files"`
-	Output        Output       `json:"output_files"`
-	Posture       *Posture     `json:"posture,omitempty"`
+	// Data lists the data folders the box saw, as the host described them.
+	Data    []DataFolder `json:"data,omitempty"`
+	Output  Output       `json:"output_files"`
+	Posture *Posture     `json:"posture,omitempty"`
 	// Overruns names each phase that ran out of its allowance (see
 	// RunBound) and stopped where it was, and what it left undone.
 	Overruns []string `json:"overruns,omitempty"`
@@ -153,6 +157,13 @@ type Output struct {
 	NotReturned []NotReturned `json:"not_returned"`
 	// NotListed counts the files not brought back beyond the first 16.
 	NotListed int `json:"not_listed"`
+	// Delivered lists the files streamed whole to the host when the run
+	// asked for delivery (Run.Deliver), each with its sha256; the first
+	// 16 of those that were not are in NotDelivered with the reason, and
+	// the rest counted in NotDeliveredUnlisted.
+	Delivered            []FileDigest  `json:"delivered,omitempty"`
+	NotDelivered         []NotReturned `json:"not_delivered,omitempty"`
+	NotDeliveredUnlisted int           `json:"not_delivered_unlisted,omitempty"`
 }
 
 // NotReturned is a file left in /tmp/output that did not come back. Name is
