@@ -778,7 +778,7 @@ print("RESULT made", len(os.listdir("/tmp/output")))
 				break
 			}
 		}
-		if ents, _ := os.ReadDir(out); len(ents) != wire.MaxReturnedFiles {
+		if ents, _ := os.ReadDir(filepath.Join(out, rc.RunID)); len(ents) != wire.MaxReturnedFiles {
 			t.Errorf("--out holds %d files, want 64", len(ents))
 		}
 		t.Logf("collected in %v beyond the program's %d ms", r.elapsed-time.Duration(rc.WallMS)*time.Millisecond, rc.WallMS)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,7 @@ import (
 
 	"pybox/host/client"
 	"pybox/host/escape"
+	"pybox/host/outdir"
 	"pybox/shared/wire"
 )
 
@@ -63,14 +63,23 @@ func runMain(args []string) int {
 	// Ctrl-C cancels the run in the guest; the receipt still comes back.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := c.Run(ctx, &ra.run)
+	var out *outdir.Dir
+	var take func(*wire.OutputChunk)
+	if ra.out != "" {
+		out = outdir.New(ra.out, ra.run.RunID, outdir.Options{Dotfiles: ra.dotfiles})
+		take = out.Chunk
+	}
+	res, err := c.RunDeliver(ctx, &ra.run, take)
+	if err != nil && out != nil {
+		out.Abort()
+	}
 	var we *wire.Error
 	if errors.As(err, &we) {
 		return runFailed(ra, we)
 	} else if err != nil {
 		return runFailed(ra, &wire.Error{Code: wire.ErrInternal, Message: err.Error(), Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}})
 	}
-	return runDone(ra, res)
+	return runDone(ra, res, out)
 }
 
 // parseRun turns the command line into a checked run request.
@@ -110,6 +119,10 @@ it.`)
 	}
 	ra.run = wire.Run{RunID: newRunID(), Code: code2, Image: *image, TimeoutSeconds: *timeout,
 		MaxOutputBytes: *maxOut, ReturnFiles: ra.out != ""}
+	if ra.out != "" {
+		// --out gets every file whole, not only what fits in a result.
+		ra.run.Deliver = &wire.Deliver{MaxBytes: wire.DefaultTmpBytes}
+	}
 	for _, p := range files {
 		b, err := readLimited(p, wire.MaxInputBytes)
 		if err != nil {
@@ -176,7 +189,7 @@ func runFailed(ra *runArgs, e *wire.Error) int {
 
 // runDone prints a result, writes its files, and says whether it counts as
 // a success.
-func runDone(ra *runArgs, res *wire.Result) int {
+func runDone(ra *runArgs, res *wire.Result, out *outdir.Dir) int {
 	rc := &res.Receipt
 	escape.MarkCapture(&rc.Capture)
 	if ra.asJSON {
@@ -189,8 +202,12 @@ func runDone(ra *runArgs, res *wire.Result) int {
 		}
 	}
 	var notes []string
-	if ra.out != "" {
-		notes = writeOutputs(ra.out, res, ra.dotfiles)
+	if out != nil {
+		saved, not := out.Finish(res.Receipt.Output.Delivered)
+		for _, f := range saved {
+			notes = append(notes, fmt.Sprintf("wrote %s (%s)", f.Path, size(f.Bytes)))
+		}
+		notes = append(notes, not...)
 	}
 	// Every line of the summary is escaped, whatever --raw says: its
 	// strings come from the guest, and a fake summary line printed by
@@ -274,72 +291,6 @@ func summary(rc *wire.Receipt) []string {
 		lines = append(lines, fmt.Sprintf("not returned: %d more files not listed", rc.Output.NotListed))
 	}
 	return lines
-}
-
-// writeOutputs writes the returned files into a new directory
-// dir/<run_id>/ and returns what it did. Names come from the guest: each
-// must be a plain file name, checked against the receipt's digest, and
-// written through an os.Root so that nothing lands outside the run's
-// directory (no "..", no separators, no following a link out of it).
-// Nothing that exists is overwritten, and names that start with a dot
-// (.bashrc, .git) are written only when dotfiles is set.
-func writeOutputs(dir string, res *wire.Result, dotfiles bool) []string {
-	if len(res.Files) == 0 {
-		return nil
-	}
-	runDir := filepath.Join(dir, res.Receipt.RunID)
-	if err := wire.CheckFileName(res.Receipt.RunID); err != nil {
-		return []string{"--out: the receipt's run id is not a plain name; nothing written"}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return []string{"--out: " + err.Error()}
-	}
-	if err := os.Mkdir(runDir, 0o755); err != nil {
-		return []string{"--out: " + err.Error() + "; nothing written"}
-	}
-	root, err := os.OpenRoot(runDir)
-	if err != nil {
-		return []string{"--out: " + err.Error()}
-	}
-	defer root.Close()
-	digests := map[string]string{}
-	for _, f := range res.Receipt.Output.Returned {
-		digests[f.Name] = f.SHA256
-	}
-	var notes []string
-	for _, f := range res.Files {
-		if strings.HasPrefix(f.Name, ".") && !dotfiles {
-			notes = append(notes, fmt.Sprintf("not written: %s: its name starts with a dot (--out-dotfiles writes it)", wire.EscapeName(f.Name)))
-			continue
-		}
-		if err := writeOutput(root, f, digests); err != nil {
-			notes = append(notes, fmt.Sprintf("not written: %s: %v", wire.EscapeName(f.Name), err))
-			continue
-		}
-		notes = append(notes, fmt.Sprintf("wrote %s (%s)", filepath.Join(runDir, f.Name), size(int64(len(f.Content)))))
-	}
-	return notes
-}
-
-func writeOutput(root *os.Root, f wire.OutputFile, digests map[string]string) error {
-	if err := wire.CheckFileName(f.Name); err != nil {
-		return err
-	}
-	sum := sha256.Sum256(f.Content)
-	if want, ok := digests[f.Name]; !ok || want != hex.EncodeToString(sum[:]) {
-		return errors.New("its content does not match the receipt's sha256")
-	}
-	// O_EXCL: a file already there (the guest named two alike, or the
-	// directory was written meanwhile) is left as it is.
-	w, err := root.OpenFile(f.Name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := w.Write(f.Content); err != nil {
-		w.Close()
-		return err
-	}
-	return w.Close()
 }
 
 func size(n int64) string {

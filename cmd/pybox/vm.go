@@ -47,6 +47,30 @@ func vmUsage(w *os.File) {
 
 func home() (string, error) { return paths.Home() }
 
+// dataFolders collects --data NAME=DIR flags.
+type dataFolders []vm.DataShare
+
+func (f *dataFolders) String() string { return "" }
+
+func (f *dataFolders) Set(v string) error {
+	name, dir, ok := strings.Cut(v, "=")
+	if !ok || name == "" || dir == "" {
+		return errors.New("want NAME=DIR")
+	}
+	if err := wire.CheckDataName(name); err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", abs)
+	}
+	*f = append(*f, vm.DataShare{Name: name, Folder: abs})
+	return nil
+}
+
 // imageFiles collects --image-file NAME=PATH flags.
 type imageFiles []vm.Image
 
@@ -71,7 +95,10 @@ Boot the VM in the background and return once its guest agent has said
 hello, printing the accelerator, the boot time and the agent's version.
 With --accel auto, KVM is tried first where /dev/kvm opens; a KVM that does
 not boot within 6 s is stopped, remembered for this host boot, and TCG is
-used instead. If the VM runs already, this says so and changes nothing.`)
+used instead. If the VM runs already, this says so and changes nothing.
+With --data NAME=DIR, the VM gets a read-only copy of the host folder DIR
+as data folder NAME, brought up to date before each run that names it;
+a box sees it at /data/NAME, and only when its call asks for it.`)
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
@@ -82,6 +109,8 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
 	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
+	var data dataFolders
+	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (NAME=DIR, repeatable); `pybox mcp --data` says which an agent may use")
 	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
@@ -98,6 +127,10 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	}
 	if cfg.Images, err = startImages(h, *images, files); err != nil {
 		return fail("%v", err)
+	}
+	for _, d := range data {
+		d.Mirror = paths.ForVM(h).DataMirror(d.Name)
+		cfg.Data = append(cfg.Data, d)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -337,6 +370,9 @@ func printStatus(s *supervisor.Status) {
 	row("images", imageList(st.Images))
 	for _, im := range st.Images {
 		fmt.Printf("    %s: %s sha256:%s\n", im.Name, im.Path, im.Digest)
+	}
+	for _, d := range st.Data {
+		row("data folder", d.Name+": "+d.Folder+" (read-only)")
 	}
 }
 

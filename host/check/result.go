@@ -19,6 +19,19 @@ type document struct {
 	Execution     json.RawMessage `json:"execution"`
 	Delivery      *delivery       `json:"delivery"`
 	Files         *[]fileOut      `json:"files"`
+	OutputDir     *outputDir      `json:"output_dir"`
+}
+
+// outputDir is what a run saved in the server's output folder.
+type outputDir struct {
+	Dir   string `json:"dir"`
+	Files []struct {
+		Name   string `json:"name"`
+		Path   string `json:"path"`
+		Bytes  int64  `json:"bytes"`
+		SHA256 string `json:"sha256"`
+	} `json:"files"`
+	NotWritten []string `json:"not_written"`
 }
 
 type callError struct {

@@ -40,7 +40,8 @@ type Client struct {
 	mu      sync.Mutex
 	nextID  uint64
 	waiting map[uint64]chan *wire.Message
-	err     error // why the connection ended
+	outputs map[uint64]func(*wire.OutputChunk) // runs that asked for delivery
+	err     error                              // why the connection ended
 	done    chan struct{}
 }
 
@@ -110,7 +111,8 @@ func checkPeer(nc net.Conn) error {
 func New(ctx context.Context, nc net.Conn) (*Client, error) { return handshake(ctx, nc) }
 
 func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
-	c := &Client{nc: nc, waiting: map[uint64]chan *wire.Message{}, done: make(chan struct{})}
+	c := &Client{nc: nc, waiting: map[uint64]chan *wire.Message{}, outputs: map[uint64]func(*wire.OutputChunk){},
+		done: make(chan struct{})}
 	go c.read()
 	m, err := c.call(ctx, &wire.Message{Type: wire.TypeHello, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}})
 	if err == nil && m.Type != wire.TypeHello {
@@ -211,16 +213,25 @@ func (c *Client) Cancel(ctx context.Context, runID string) error {
 // box: NOT_ATTEMPTED when the request never reached the guest (or was
 // refused), UNKNOWN when contact was lost mid-run or no receipt came.
 func (c *Client) Run(ctx context.Context, r *wire.Run) (*wire.Result, error) {
+	return c.RunDeliver(ctx, r, nil)
+}
+
+// RunDeliver is Run for a run that asks for its output streamed whole
+// (r.Deliver): each part of a file goes to output, in order, before Run
+// returns. Nothing here checks the parts: the caller holds them against
+// the receipt's Output.Delivered.
+func (c *Client) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error) {
 	if err := r.Check(); err != nil {
 		return nil, runError(wire.ErrBadRequest, err.Error(), wire.CleanupNotAttempted)
 	}
-	limit := deadlineFor(r.TimeoutSeconds)
+	limit := deadlineFor(r)
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
-	id, ch, err := c.send(&wire.Message{Type: wire.TypeRun, Run: r})
+	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, output)
 	if err != nil {
 		return nil, runError(wire.ErrNoVM, "sending the run: "+err.Error(), wire.CleanupNotAttempted)
 	}
+	defer c.forget(id)
 	var m *wire.Message
 	select {
 	case m = <-ch:
@@ -256,7 +267,7 @@ func (c *Client) Run(ctx context.Context, r *wire.Run) (*wire.Result, error) {
 }
 
 // deadlineFor is a run's deadline; tests shorten it.
-var deadlineFor = wire.HostDeadline
+var deadlineFor = (*wire.Run).HostDeadline
 
 // cancelAndWait cancels a run and waits up to wait for its answer.
 func (c *Client) cancelAndWait(runID string, id uint64, ch chan *wire.Message, wait time.Duration) (*wire.Message, error) {
@@ -311,6 +322,11 @@ func (c *Client) call(ctx context.Context, m *wire.Message) (*wire.Message, erro
 
 // send writes m under a fresh ID and returns where its answer will come.
 func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
+	return c.sendWith(m, nil)
+}
+
+// sendWith is send for a run whose output parts go to output.
+func (c *Client) sendWith(m *wire.Message, output func(*wire.OutputChunk)) (uint64, chan *wire.Message, error) {
 	ch := make(chan *wire.Message, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -321,6 +337,9 @@ func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
 	c.nextID++
 	id := c.nextID
 	c.waiting[id] = ch
+	if output != nil {
+		c.outputs[id] = output
+	}
 	c.mu.Unlock()
 	m.ID = id
 	p, err := wire.Encode(m)
@@ -342,6 +361,7 @@ func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
 func (c *Client) forget(id uint64) {
 	c.mu.Lock()
 	delete(c.waiting, id)
+	delete(c.outputs, id)
 	c.mu.Unlock()
 }
 
@@ -357,9 +377,20 @@ func (c *Client) read() {
 		if m, err = wire.Decode(p); err != nil {
 			break
 		}
+		if m.Type == wire.TypeOutput {
+			// Part of a run's output: the run goes on.
+			c.mu.Lock()
+			output := c.outputs[m.ID]
+			c.mu.Unlock()
+			if output != nil {
+				output(m.Output)
+			}
+			continue
+		}
 		c.mu.Lock()
 		ch := c.waiting[m.ID]
 		delete(c.waiting, m.ID)
+		delete(c.outputs, m.ID)
 		c.mu.Unlock()
 		if ch != nil {
 			ch <- m

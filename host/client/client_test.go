@@ -195,7 +195,7 @@ func TestRunRefusedBeforeSending(t *testing.T) {
 // A run whose receipt does not come by its deadline is cancelled and
 // given up with cleanup UNKNOWN; other runs go on.
 func TestRunDeadline(t *testing.T) {
-	defer client.SetDeadlineFor(func(float64) time.Duration { return 300 * time.Millisecond })()
+	defer client.SetDeadlineFor(func(*wire.Run) time.Duration { return 300 * time.Millisecond })()
 	home := serve(t)
 	c, err := client.Dial(home)
 	if err != nil {

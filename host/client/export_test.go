@@ -1,9 +1,13 @@
 package client
 
-import "time"
+import (
+	"time"
+
+	"pybox/shared/wire"
+)
 
 // SetDeadlineFor shortens the deadline of the runs a test makes.
-func SetDeadlineFor(f func(timeoutS float64) time.Duration) (restore func()) {
+func SetDeadlineFor(f func(r *wire.Run) time.Duration) (restore func()) {
 	old := deadlineFor
 	deadlineFor = f
 	return func() { deadlineFor = old }

@@ -28,6 +28,8 @@ type fakeVM struct {
 	release chan struct{}
 	// result, when set, answers every run.
 	result func(r *wire.Run) (*wire.Result, error)
+	// deliver, when set, answers every run that asks for delivery.
+	deliver func(r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error)
 
 	mu        sync.Mutex
 	runs      []*wire.Run
@@ -65,12 +67,15 @@ type fakeConn struct{ v *fakeVM }
 
 func (c fakeConn) Close() error { return nil }
 
-func (c fakeConn) Run(ctx context.Context, r *wire.Run) (*wire.Result, error) {
+func (c fakeConn) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error) {
 	v := c.v
 	v.mu.Lock()
 	v.runs = append(v.runs, r)
 	v.mu.Unlock()
 	v.started <- r.RunID
+	if v.deliver != nil && r.Deliver != nil {
+		return v.deliver(r, output)
+	}
 	if v.result != nil {
 		return v.result(r)
 	}

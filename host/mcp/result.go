@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/host/escape"
+	"pybox/host/outdir"
 	"pybox/shared/wire"
 )
 
@@ -50,6 +51,8 @@ type document struct {
 	Execution any        `json:"execution"` // *wire.Receipt, or *essentials
 	Delivery  delivery   `json:"delivery"`
 	Files     *[]fileOut `json:"files,omitempty"`
+	// OutputDir says what the run wrote in the server's output folder.
+	OutputDir *savedOut `json:"output_dir,omitempty"`
 	// images follow the text in the result's content: returned files
 	// that are pictures (see showPictures). They are not part of the JSON.
 	images []*mcp.ImageContent
@@ -83,6 +86,19 @@ type delivery struct {
 	ResponseBytes int `json:"response_bytes"`
 }
 
+// savedOut is what a run wrote in the server's output folder (--output-dir):
+// the run's directory there, and each file with its path, size and
+// sha256 (the first maxSavedListed; More counts the rest).
+type savedOut struct {
+	Dir        string         `json:"dir,omitempty"`
+	Files      []outdir.Saved `json:"files"`
+	More       int            `json:"more_files,omitempty"`
+	NotWritten []string       `json:"not_written,omitempty"`
+}
+
+// maxSavedListed bounds the saved files a result lists.
+const maxSavedListed = 64
+
 // fileOut is a returned file: content as text when it is valid UTF-8,
 // base64 otherwise, or omitted with the reason.
 type fileOut struct {
@@ -103,6 +119,7 @@ type outcome struct {
 	ReturnFiles bool
 	Err         *callError
 	Cleanup     wire.Cleanup // when Err is set: what is known of the box
+	Saved       *savedOut    // what went to the output folder, if the server has one
 }
 
 // refused is the outcome of a call that never reached the VM.

@@ -69,6 +69,7 @@ func newTrimmer(o outcome) *trimmer {
 	}
 	rec, cut := sanitize(&o.Result.Receipt)
 	t.rec, t.orig, t.doc.Execution = rec, *rec, rec
+	t.doc.OutputDir = o.Saved
 	if cut {
 		t.note("fields of the guest's receipt over their bounds were cut")
 	}
@@ -353,6 +354,21 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 		r.Output.NotReturned = append(r.Output.NotReturned, n)
 	}
 	r.Overruns = cutStrings(in.Overruns, maxTextString, s)
+	r.Output.Delivered = digests(in.Output.Delivered, maxReturned, s)
+	r.Output.NotDelivered = nil
+	for _, n := range in.Output.NotDelivered[:min(len(in.Output.NotDelivered), wire.MaxListedNotReturned)] {
+		n.Name = safeName(n.Name)
+		s(&n.Reason, maxShortString)
+		r.Output.NotDelivered = append(r.Output.NotDelivered, n)
+	}
+	r.Data = nil
+	for _, d := range in.Data[:min(len(in.Data), wire.MaxDataFolders)] {
+		s(&d.Name, maxShortString)
+		s(&d.HostPath, maxTextString)
+		s(&d.Digest, maxShortString)
+		d.LeftOut = cutStrings(d.LeftOut[:min(len(d.LeftOut), 8)], maxShortString, s)
+		r.Data = append(r.Data, d)
+	}
 	cut = cut || len(in.Overruns) > maxListed
 	if in.Posture != nil {
 		p := *in.Posture
