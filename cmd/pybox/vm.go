@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"pybox/host/guestfiles"
 	"pybox/host/paths"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
@@ -74,8 +75,8 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
-	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else build/x86_64/bzImage beside this pybox)")
-	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else build/x86_64/initramfs.cpio beside this pybox)")
+	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else ../lib/pybox/ARCH/ beside this pybox's real path, else ../build/ARCH/; `pybox version` shows which)")
+	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else as for --kernel)")
 	images := fs.String("images", "", "images to attach, by name from the image store (comma-separated; default: the built-in images that are built)")
 	var files imageFiles
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
@@ -91,9 +92,11 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 		return fail("%v", err)
 	}
 	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel}
-	if cfg.Kernel, cfg.Initramfs, err = guestArtifacts(*kernel, *initramfs); err != nil {
+	gf, err := guestfiles.Find(*kernel, *initramfs)
+	if err != nil {
 		return fail("%v", err)
 	}
+	cfg.Kernel, cfg.Initramfs = gf.Kernel.Path, gf.Initramfs.Path
 	if cfg.Images, err = startImages(h, *images, files); err != nil {
 		return fail("%v", err)
 	}
@@ -146,34 +149,6 @@ func describeRunning(st *supervisor.State) string {
 	}
 	return fmt.Sprintf(" (%s, accel %s, supervisor pid %d, up %s)", st.Phase, orDash(st.Accel), st.SupervisorPid,
 		time.Since(st.StartedAt).Round(time.Second))
-}
-
-// guestArtifacts finds the kernel and initramfs: flags, then environment,
-// then build/x86_64/ beside the directory holding this executable.
-func guestArtifacts(kernel, initramfs string) (string, string, error) {
-	dir := ""
-	if exe, err := os.Executable(); err == nil {
-		if exe, err = filepath.EvalSymlinks(exe); err == nil {
-			dir = filepath.Join(filepath.Dir(exe), "..", "build", "x86_64")
-		}
-	}
-	pick := func(flagValue, env, name string) (string, error) {
-		switch {
-		case flagValue != "":
-			return filepath.Abs(flagValue)
-		case os.Getenv(env) != "":
-			return filepath.Abs(os.Getenv(env))
-		case dir != "":
-			return filepath.Clean(filepath.Join(dir, name)), nil
-		}
-		return "", fmt.Errorf("no %s: set %s or pass a flag", name, env)
-	}
-	k, err := pick(kernel, "PYBOX_KERNEL", "bzImage")
-	if err != nil {
-		return "", "", err
-	}
-	i, err := pick(initramfs, "PYBOX_INITRAMFS", "initramfs.cpio")
-	return k, i, err
 }
 
 // startImages resolves --images and --image-file into images with digests.
