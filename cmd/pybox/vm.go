@@ -15,6 +15,7 @@ import (
 
 	"pybox/host/guestfiles"
 	"pybox/host/paths"
+	"pybox/host/service"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
 	"pybox/shared/wire"
@@ -71,7 +72,13 @@ Boot the VM in the background and return once its guest agent has said
 hello, printing the accelerator, the boot time and the agent's version.
 With --accel auto, KVM is tried first where /dev/kvm opens; a KVM that does
 not boot within 6 s is stopped, remembered for this host boot, and TCG is
-used instead. If the VM runs already, this says so and changes nothing.`)
+used instead. If the VM runs already, this says so and changes nothing.
+
+With --foreground it stays until the VM is gone, for a service manager
+(`+"`pybox vm service`"+` writes the files): it tells systemd when the VM is up
+($NOTIFY_SOCKET), powers the VM off cleanly on SIGTERM, and exits 0 when
+the VM was asked to stop (this way or by `+"`pybox vm stop`"+`) and 1 when it
+ended by itself, so the manager restarts only a VM that failed.`)
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
@@ -82,6 +89,7 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
 	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
+	foreground := fs.Bool("foreground", false, "stay until the VM is gone, for a service manager (see above)")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
 	} else if len(pos) > 0 {
@@ -106,32 +114,79 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := supervisor.Start(ctx, supervisor.StartOptions{
-		Home: h, Accel: *accel, VM: cfg, Command: []string{exe, "vm", supervisorCommand}, Say: say,
-	})
-	var se *supervisor.StartError
-	switch {
-	case errors.Is(err, supervisor.ErrRunning):
-		fmt.Printf("the VM is already running%s; nothing changed (stop it first with `pybox vm stop` to start it with other settings)\n", describeRunning(st))
-		return exitOK
-	case errors.As(err, &se):
-		fmt.Fprintf(os.Stderr, "pybox: %v\n", se)
-		if len(se.ConsoleTail) > 0 {
-			fmt.Fprintf(os.Stderr, "--- last %d lines of the console log (%s) ---\n", len(se.ConsoleTail), se.Log)
-			for _, l := range se.ConsoleTail {
-				fmt.Fprintln(os.Stderr, l)
+	opts := supervisor.StartOptions{Home: h, Accel: *accel, VM: cfg, Command: []string{exe, "vm", supervisorCommand}, Say: say}
+	if *foreground {
+		code, err := supervisor.Foreground(ctx, opts, stopLimit, func(st *supervisor.State) {
+			announce(st, gf)
+			if err := service.Notify("READY=1"); err != nil {
+				say(err.Error())
 			}
-			fmt.Fprintln(os.Stderr, "---")
+		})
+		if errors.Is(err, supervisor.ErrRunning) {
+			st, _ := supervisor.ReadState(paths.ForVM(h))
+			return fail("the VM is already running%s, started outside this service: stop it with `pybox vm stop`, then start the service again",
+				describeRunning(st))
 		}
-		fmt.Fprintln(os.Stderr, "pybox: nothing is left running")
-		return exitFailure
-	case err != nil:
-		return fail("%v", err)
+		if err != nil {
+			return startFailed(err)
+		}
+		return code
 	}
+	st, err := supervisor.Start(ctx, opts)
+	if errors.Is(err, supervisor.ErrRunning) {
+		fmt.Printf("the VM is already running%s; nothing changed (stop it first with `pybox vm stop` to start it with other settings)\n", describeRunning(st))
+		warnAgentVersion(st, gf)
+		return exitOK
+	}
+	if err != nil {
+		return startFailed(err)
+	}
+	announce(st, gf)
+	return exitOK
+}
+
+// announce says that the VM runs, and how.
+func announce(st *supervisor.State, gf *guestfiles.Files) {
 	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
 		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
 	warnUnsealable(st)
-	return exitOK
+	warnAgentVersion(st, gf)
+}
+
+// startFailed reports a start that failed, with the end of the console
+// log when there is one.
+func startFailed(err error) int {
+	var se *supervisor.StartError
+	if !errors.As(err, &se) {
+		return fail("%v", err)
+	}
+	fmt.Fprintf(os.Stderr, "pybox: %v\n", se)
+	if len(se.ConsoleTail) > 0 {
+		fmt.Fprintf(os.Stderr, "--- last %d lines of the console log (%s) ---\n", len(se.ConsoleTail), se.Log)
+		for _, l := range se.ConsoleTail {
+			fmt.Fprintln(os.Stderr, l)
+		}
+		fmt.Fprintln(os.Stderr, "---")
+	}
+	fmt.Fprintln(os.Stderr, "pybox: nothing is left running")
+	return exitFailure
+}
+
+// warnAgentVersion says so when the running VM's guest agent is not the
+// one in the guest files this pybox would boot now, as after an upgrade:
+// the VM keeps its agent until it is restarted. The guest files' manifest
+// says which agent they hold; without one there is nothing to compare.
+func warnAgentVersion(st *supervisor.State, gf *guestfiles.Files) {
+	if st == nil || gf == nil || st.AgentVersion == "" || slices.Contains(st.Capabilities, wire.CapUnsealable) {
+		return
+	}
+	r, err := gf.Check()
+	if err != nil || r.AgentVersion == "" || r.AgentVersion == st.AgentVersion {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "pybox: warning: the running VM's guest agent is %s, but the guest files this pybox boots (%s) hold %s: "+
+		"restart the VM to use them: `pybox vm stop`, then `pybox vm start` (or `systemctl --user restart pybox` where the user service runs it)\n",
+		st.AgentVersion, filepath.Dir(r.Initramfs.Path), r.AgentVersion)
 }
 
 // warnUnsealable says so when the VM runs the benchmark build of the
@@ -276,6 +331,9 @@ func printStatus(s *supervisor.Status) {
 		}
 		row("agent", agent)
 		warnUnsealable(st)
+		if gf, err := guestfiles.Find("", ""); err == nil {
+			warnAgentVersion(st, gf)
+		}
 		row("guest kernel", st.GuestKernel)
 	}
 	row("kernel", st.Kernel)

@@ -329,7 +329,7 @@ func (s *supervisor) serve(ctx context.Context, m *vm.Machine, r *Relay) error {
 	select {
 	case <-m.Done():
 		s.logf("the VM exited: %v", orClean(m.Err()))
-		return nil
+		return unasked(r, m)
 	case err := <-relayDone:
 		if errors.Is(err, io.EOF) {
 			s.logf("%v: waiting up to %s for the VM to exit", err, guestGrace)
@@ -351,7 +351,20 @@ func (s *supervisor) serve(ctx context.Context, m *vm.Machine, r *Relay) error {
 		s.logf("the VM did not exit within %s: killing it", guestGrace)
 		m.Kill()
 	}
-	return nil
+	return unasked(r, m)
+}
+
+// unasked is the supervisor's verdict on a VM that has ended: nil when
+// it was asked to stop (`pybox vm stop`, a signal), an error when it ended
+// by itself (QEMU died, the guest powered off after a fatal error, the
+// guest broke the protocol). The error makes the supervisor's exit status
+// 1, which `pybox vm start --foreground` passes on, so a service manager
+// restarts a VM that failed but not one that was stopped.
+func unasked(r *Relay, m *vm.Machine) error {
+	if r.Stopping() {
+		return nil
+	}
+	return fmt.Errorf("the VM ended without being asked to stop (%v)", orClean(m.Err()))
 }
 
 func orClean(err error) any {
