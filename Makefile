@@ -4,8 +4,14 @@ SHELL := /bin/bash
 GO ?= go
 ARCH ?= x86_64
 GOARCH_guest := $(if $(filter arm64,$(ARCH)),arm64,amd64)
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# Worked out once (:=), so every recipe of one make run stamps the same
+# version even if the tree changes meanwhile.
+ifndef VERSION
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+endif
+ifndef COMMIT
+COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+endif
 export PYBOX_CACHE ?= $(HOME)/.cache/pybox
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 
