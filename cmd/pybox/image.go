@@ -258,6 +258,9 @@ func storeImages(home string, names []string) ([]vm.Image, error) {
 	out := make([]vm.Image, len(atts))
 	for i, a := range atts {
 		out[i] = vm.Image{Name: a.Name, Path: a.Path, Digest: a.Digest}
+		if a.Note != "" {
+			say("note: " + a.Note)
+		}
 	}
 	return out, nil
 }
