@@ -188,6 +188,31 @@ func TestInstallAsUser(t *testing.T) {
 		}
 	})
 
+	// An upgrade: guest files whose manifest names a newer agent than the
+	// running VM's. No second boot: the manifest alone says what a
+	// restart would boot.
+	t.Run("after an upgrade, vm status says to restart", func(t *testing.T) {
+		newer := filepath.Join(root, "newer")
+		os.Mkdir(newer, 0o755)
+		for _, f := range []string{"bzImage", "initramfs.cpio"} {
+			if err := os.Link(filepath.Join(lib, f), filepath.Join(newer, f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, _ := os.ReadFile(filepath.Join(lib, "manifest.json"))
+		running := u.state().AgentVersion
+		m = bytes.Replace(m, []byte(`"agent_version": "`+running+`"`), []byte(`"agent_version": "v-newer"`), 1)
+		os.WriteFile(filepath.Join(newer, "manifest.json"), m, 0o644)
+		upgraded := *u
+		upgraded.env = append(append([]string(nil), u.env...), "PYBOX_KERNEL="+newer+"/bzImage", "PYBOX_INITRAMFS="+newer+"/initramfs.cpio")
+		_, errOut, code := upgraded.pybox("vm", "status")
+		want := "warning: the running VM's guest agent is " + running + ", but the guest files this pybox boots (" + newer + ") hold v-newer: " +
+			"restart the VM to use them: `pybox vm stop`, then `pybox vm start` (or `systemctl --user restart pybox`"
+		if code != 0 || !strings.Contains(errOut, want) {
+			t.Errorf("vm status after an upgrade: exit %d, want %q in:\n%s", code, want, errOut)
+		}
+	})
+
 	t.Run("a call through pybox mcp", func(t *testing.T) {
 		r := u.rawClient(t, true)
 		r.initialize()
