@@ -51,6 +51,12 @@ how to enable it. No root is needed.`)
 	}
 	var text string
 	if kind == "launchd" {
+		// launchd has no journal: the agent's output goes to a log file.
+		home, herr := os.UserHomeDir()
+		if herr != nil {
+			return fail("no home directory for the launchd agent's log: %v", herr)
+		}
+		spec.Log = filepath.Join(home, "Library", "Logs", "pybox-vm.log")
 		text, err = service.Launchd(spec)
 	} else {
 		text, err = service.Systemd(spec)
@@ -99,9 +105,6 @@ func serviceSpec(fs *flag.FlagSet, images string, memory, cpus int, accel string
 		if s.Home, err = paths.Home(); err != nil {
 			return s, err
 		}
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		s.Log = filepath.Join(home, "Library", "Logs", "pybox-vm.log")
 	}
 	return s, nil
 }

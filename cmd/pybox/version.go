@@ -17,10 +17,10 @@ func versionMain(args []string) int {
 	fs := flags("version", "[--json]", `
 Print pybox's version and commit, the Go version it was built with and the
 system it runs on; then the guest kernel and initramfs that `+"`pybox vm start`"+`
-would boot (found as its --kernel flag says), each with where it was found,
-its sha256, and whether it matches the manifest beside it; and the guest
-agent's version that manifest records. Exit status 1 when the guest files
-are missing (the error says where it looked and what fixes it).`)
+would boot without flags, each with where it was found, its sha256 and
+whether it matches the manifest beside it, and the guest agent's version
+that manifest records. Exit status 1 when a guest file is missing (the
+error says where it looked and what fixes it).`)
 	asJSON := fs.Bool("json", false, "print all of it as JSON")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code

@@ -154,7 +154,8 @@ func (s search) one(name, what, flag, env, flagValue string) (File, error) {
 		case err == nil:
 			return File{Path: abs, From: p.from}, nil
 		case p.explicit:
-			return File{}, fmt.Errorf("guestfiles: %s names the guest %s %s, which %v: give an existing file (`pybox version` shows what would be used without it)", p.from, what, abs, err)
+			return File{}, fmt.Errorf("guestfiles: %s names the guest %s %s, which %v: name an existing file, or leave %s out to use the installed or built one",
+				p.from, what, abs, err, p.from)
 		}
 		looked = append(looked, fmt.Sprintf("%s: %s: %v", p.from, abs, err))
 	}
