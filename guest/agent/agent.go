@@ -35,6 +35,11 @@ type Runner interface {
 	Run(ctx context.Context, r *wire.Run) *wire.Result
 	// Healthy is non-nil while the box refuses runs (a cleanup failed).
 	Healthy() error
+	// Progress says where the run in progress is (nil when none is).
+	Progress() *wire.RunProgress
+	// Abort tears down the box of a run that overran its bound while
+	// Run is still inside it, and says what it could confirm.
+	Abort(runID string) wire.Cleanup
 }
 
 // Config is what an Agent needs from the VM around it.
@@ -53,6 +58,9 @@ type Config struct {
 	Files fs.FS
 	// LogLines returns the recent log lines for the console's "log".
 	LogLines func() []string
+	// Watchdog is how long a run may take before the agent tears its box
+	// down; nil means its bound, wire.RunBound plus wire.WatchdogGrace.
+	Watchdog func(r *wire.Run) time.Duration
 }
 
 // Agent serves the host. Its methods are safe for concurrent use.
@@ -62,10 +70,13 @@ type Agent struct {
 	images  map[string]wire.ImageInfo
 	started time.Time
 
-	mu        sync.Mutex
-	current   *activeRun
-	broken    error // set when the box code panicked: refuse runs
-	stopping  bool  // shutdown received
+	mu      sync.Mutex
+	current *activeRun
+	broken  error // set when the box code panicked: refuse runs
+	// stuck names a run the watchdog tore down whose Run has not
+	// returned yet: the box is still held, so runs are refused.
+	stuck     string
+	stopping  bool // shutdown received
 	precancel []string
 	history   []record // newest last
 	last      *wire.Result
@@ -100,6 +111,9 @@ func New(cfg Config) *Agent {
 	}
 	if cfg.PowerOff == nil {
 		cfg.PowerOff = func() {}
+	}
+	if cfg.Watchdog == nil {
+		cfg.Watchdog = func(r *wire.Run) time.Duration { return wire.RunBound(r.TimeoutSeconds) + wire.WatchdogGrace }
 	}
 	a := &Agent{cfg: cfg, images: map[string]wire.ImageInfo{}, started: time.Now()}
 	for _, img := range cfg.Images {

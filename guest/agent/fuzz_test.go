@@ -18,6 +18,10 @@ func (quickRunner) Run(ctx context.Context, r *wire.Run) *wire.Result {
 }
 func (quickRunner) Healthy() error { return nil }
 
+func (quickRunner) Progress() *wire.RunProgress { return nil }
+
+func (quickRunner) Abort(string) wire.Cleanup { return wire.Cleanup{Status: wire.CleanupUnknown} }
+
 // stream is a connection whose host sends fixed bytes and reads nothing.
 type stream struct{ io.Reader }
 

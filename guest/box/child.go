@@ -57,6 +57,10 @@ func ChildMain() {
 		}
 	}
 
+	// First, so that no signal from the program ever reaches box-init:
+	// as the namespace's init with no handlers, the kernel drops them.
+	must("signals", defaultSignals())
+
 	// The report pipe closes at exec, so the program never holds it;
 	// box-init keeps it until the program's wait status is sent.
 	_, err := unix.FcntlInt(reportFD, unix.F_SETFD, unix.FD_CLOEXEC)
@@ -105,6 +109,12 @@ func ChildMain() {
 	// syscall package's Setrlimit also stops Go restoring its own
 	// raised RLIMIT_NOFILE at exec.
 	must("rlimit core", syscall.Setrlimit(unix.RLIMIT_CORE, &syscall.Rlimit{}))
+	// No file larger than the tmpfs: a sparse file would otherwise have
+	// an apparent size without bound, and reading it back (the output's
+	// sha256) would take as long as the program liked. Python ignores
+	// SIGXFSZ, so a write past it fails with EFBIG.
+	fsize := uint64(cfg.FileSizeMax)
+	must("rlimit fsize", syscall.Setrlimit(unix.RLIMIT_FSIZE, &syscall.Rlimit{Cur: fsize, Max: fsize}))
 	must("rlimit nofile", syscall.Setrlimit(unix.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 1024, Max: 1024}))
 
 	// Every descriptor above stderr closes at exec: the config pipe is

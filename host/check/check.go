@@ -102,6 +102,7 @@ func (r *runner) plan() []step {
 	}
 	steps = append(steps,
 		step{"files", r.checkFiles},
+		step{"chart", r.checkChart},
 		step{"unknown-argument", r.checkUnknownArgument},
 		step{"timeout-ceiling", r.checkTimeoutCeiling},
 		step{"output-is-data", r.checkOutputIsData},

@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// minProtocol is the oldest MCP version the page promises. Versions are
+// minProtocol is the oldest MCP version PyBox promises to speak. Versions are
 // dates, so later ones sort after it.
 const minProtocol = "2025-11-25"
 

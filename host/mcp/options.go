@@ -24,7 +24,7 @@ type Options struct {
 	MaxTimeout float64
 }
 
-// DefaultOptions are the page's defaults: stdlib only, 2 seconds.
+// DefaultOptions are the documented defaults: stdlib only, 2 seconds.
 func DefaultOptions() Options {
 	return Options{Images: []string{DefaultImage}, MaxTimeout: wire.DefaultTimeoutSeconds}
 }

@@ -567,3 +567,19 @@ func TestPanicIsAnErrorResult(t *testing.T) {
 	}
 	log.waitLog(t, "boom")
 }
+
+// The tool's description tells the agent that pictures come back as
+// images, with the bound on their size.
+func TestToolDescriptionMentionsImages(t *testing.T) {
+	cs := startSession(t, DefaultOptions(), newFakeVM(), testLimits()).client("")
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := list.Tools[0].Description
+	for _, want := range []string{"/tmp/output/", "return_files", "come back as images", "PNG, JPEG, GIF or WebP", "at most 2000 px on a side"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("the description does not say %q: %s", want, d)
+		}
+	}
+}

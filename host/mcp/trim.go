@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/escape"
 	"pybox/shared/wire"
 )
 
@@ -38,6 +38,7 @@ const (
 func shape(o outcome) *mcp.CallToolResult {
 	t := newTrimmer(o)
 	t.trim()
+	t.showPictures()
 	return t.finish()
 }
 
@@ -50,6 +51,9 @@ type trimmer struct {
 	orig  wire.Receipt  // rec before any step
 	files []fileOut
 	ofile []fileOut
+	// raw holds the content of files[i] as the guest sent it, for the
+	// files that came with content.
+	raw   [][]byte
 	runID string
 	// Sizes at the last measure.
 	receiptBytes, resultBytes int
@@ -73,6 +77,9 @@ func newTrimmer(o outcome) *trimmer {
 	}
 	if o.ReturnFiles {
 		t.files = filesOut(&wire.Result{Receipt: *rec, Files: o.Result.Files})
+		for _, f := range o.Result.Files[:min(len(o.Result.Files), maxReturned)] {
+			t.raw = append(t.raw, f.Content)
+		}
 		t.ofile = slices.Clone(t.files)
 		t.doc.Files = &t.files
 	}
@@ -93,8 +100,7 @@ func (t *trimmer) measure() {
 
 // receiptFits measures only the receipt: the receipt's steps need no more.
 func (t *trimmer) receiptFits() bool {
-	exec, _ := json.Marshal(t.doc.Execution)
-	t.receiptBytes = len(exec)
+	t.receiptBytes = len(encodeJSON(t.doc.Execution))
 	return t.receiptBytes <= MaxReceiptBytes
 }
 
@@ -327,6 +333,7 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 	// A stream keeps at most max_output_bytes, and that is at most 8 KiB.
 	r.Capture.StdoutText = cutUTF8(r.Capture.StdoutText, wire.MaxOutputBytes)
 	r.Capture.StderrText = cutUTF8(r.Capture.StderrText, wire.MaxOutputBytes)
+	escape.MarkCapture(&r.Capture)
 	cut = cut || len(r.Capture.StdoutText) != len(in.Capture.StdoutText) || len(r.Capture.StderrText) != len(in.Capture.StderrText)
 	r.InputFiles = digests(in.InputFiles, wire.MaxInputFiles, s)
 	r.Output.Returned = digests(in.Output.Returned, maxReturned, s)
@@ -345,6 +352,8 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 		s(&n.SHA256, maxShortString)
 		r.Output.NotReturned = append(r.Output.NotReturned, n)
 	}
+	r.Overruns = cutStrings(in.Overruns, maxTextString, s)
+	cut = cut || len(in.Overruns) > maxListed
 	if in.Posture != nil {
 		p := *in.Posture
 		s(&p.CapEff, maxShortString)

@@ -30,6 +30,9 @@ type Config struct {
 	Channel string `json:"channel,omitempty"`
 	// Dir is the VM's private directory (sockets live there).
 	Dir string `json:"dir"`
+	// NoQEMUSandbox lets the VM start under a QEMU built without its
+	// seccomp sandbox (-sandbox); without it such a QEMU is refused.
+	NoQEMUSandbox bool `json:"no_qemu_sandbox,omitempty"`
 }
 
 // Image is a read-only filesystem image attached to the VM. Digest is the
@@ -39,6 +42,10 @@ type Image struct {
 	Path   string `json:"path"`
 	Digest string `json:"digest"`
 }
+
+// SandboxQEMU is Machine.Sandbox for a QEMU confined by its own seccomp
+// filter.
+const SandboxQEMU = "qemu seccomp (-sandbox on)"
 
 // Defaults for a Config.
 const (
@@ -166,6 +173,9 @@ type Machine struct {
 	Accel   string
 	Kind    string // machine type, e.g. "microvm"
 	Channel string // "virtio-serial" or "vsock"
+	// Sandbox says what confines the VM process itself: "qemu seccomp
+	// (-sandbox on)", or why nothing does.
+	Sandbox string
 	// Console is the serial console: reads are the guest's output, writes
 	// are typed into the guest. It reaches EOF when the VM is gone.
 	Console io.ReadWriter

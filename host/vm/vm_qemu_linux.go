@@ -213,9 +213,21 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w (try: apt-get install qemu-system-x86, or make deps)", err)
 	}
+	sandbox := hasSandbox(qemu)
+	if !sandbox && !cfg.NoQEMUSandbox {
+		return nil, fmt.Errorf("vm: %s was built without its seccomp sandbox (-sandbox), which confines QEMU if a guest ever escapes into it: "+
+			"install a QEMU that has it (Debian's qemu-system-x86 does), or start with --no-qemu-sandbox to run without it", qemu)
+	}
 	os.Remove(cfg.Dir + "/guest.sock")
-	cmd := exec.Command(qemu, qemuArgs(cfg, a.Accel, tsc, hasSandbox(qemu))...)
-	return startQEMU(cmd, cfg, a, stderr)
+	cmd := exec.Command(qemu, qemuArgs(cfg, a.Accel, tsc, sandbox)...)
+	m, err := startQEMU(cmd, cfg, a, stderr)
+	if m != nil {
+		m.Sandbox = SandboxQEMU
+		if !sandbox {
+			m.Sandbox = "none: this QEMU has no -sandbox, and --no-qemu-sandbox allowed that"
+		}
+	}
+	return m, err
 }
 
 func startQEMU(cmd *exec.Cmd, cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {

@@ -89,7 +89,8 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 		con.closeAll()
 		return nil, fmt.Errorf("vm: vz: the VM has %d virtio socket devices, want 1", len(socks))
 	}
-	m := &Machine{Accel: accelVZ, Kind: "generic", Channel: "vsock", Console: con, done: make(chan struct{})}
+	m := &Machine{Accel: accelVZ, Kind: "generic", Channel: "vsock", Console: con, done: make(chan struct{}),
+		Sandbox: "Virtualization.framework's own process"}
 	sock := socks[0]
 	m.dial = func(ctx context.Context) (net.Conn, error) { return dialVsock(ctx, m, sock) }
 	// Stop pulls the plug (macOS 12 and later); the state watcher then

@@ -40,6 +40,9 @@ const (
 	ErrNoVM       = "no_vm"       // the supervisor has no guest (VM stopped or stopping)
 	ErrProtocol   = "protocol"    // a malformed or unexpected message
 	ErrInternal   = "internal"
+	// ErrNoReceipt: no receipt came within the run's bound
+	// (HostDeadline); the run was cancelled and its cleanup is unknown.
+	ErrNoReceipt = "no_receipt"
 )
 
 // Message is one frame's payload.
@@ -51,6 +54,28 @@ type Message struct {
 	Result *Result `json:"result,omitempty"`
 	Cancel *Cancel `json:"cancel,omitempty"`
 	Error  *Error  `json:"error,omitempty"`
+	// Status rides on a pong: what the agent is doing.
+	Status *AgentStatus `json:"status,omitempty"`
+}
+
+// AgentStatus is what the agent is doing when it answers a ping.
+type AgentStatus struct {
+	// Health is "healthy", or why the agent refuses runs.
+	Health string `json:"health"`
+	// Run is the run in progress, if any.
+	Run *RunProgress `json:"run,omitempty"`
+}
+
+// RunProgress is where the run in progress is.
+type RunProgress struct {
+	RunID string `json:"run_id"`
+	Image string `json:"image"`
+	// Phase is setup, program, settle, output or cleanup.
+	Phase   string `json:"phase"`
+	PhaseMS int64  `json:"phase_ms"` // time in this phase so far
+	RunMS   int64  `json:"run_ms"`   // time since the run's request
+	// BoundMS is the run's whole bound (RunBound).
+	BoundMS int64 `json:"bound_ms"`
 }
 
 // Hello opens every connection. The host sends its protocol version; the

@@ -32,7 +32,10 @@ const (
 	NotReturnedChanged   = "changed while being read"
 	NotReturnedOverCount = "over the 64-file return cap"
 	NotReturnedName      = "name needs escaping; only plain names come back"
-	NotReturnedTimeLimit = "not examined: collecting output took too long"
+	// NotReturnedTimeLimit starts the reason of a file that collecting
+	// /tmp/output did not finish within its allowance (or before a
+	// cancel): not looked at, or listed without its sha256.
+	NotReturnedTimeLimit = "time limit"
 )
 
 // Result is the guest's answer to a run: the receipt, and the content of
@@ -68,7 +71,10 @@ type Receipt struct {
 	InputFiles    []FileDigest `json:"input_files"`
 	Output        Output       `json:"output_files"`
 	Posture       *Posture     `json:"posture,omitempty"`
-	Cleanup       Cleanup      `json:"cleanup"`
+	// Overruns names each phase that ran out of its allowance (see
+	// RunBound) and stopped where it was, and what it left undone.
+	Overruns []string `json:"overruns,omitempty"`
+	Cleanup  Cleanup  `json:"cleanup"`
 }
 
 // AgentInfo names the guest agent that wrote the receipt.
@@ -116,7 +122,7 @@ type Pids struct {
 type Capture struct {
 	Stdout Stream `json:"stdout_info"`
 	Stderr Stream `json:"stderr_info"`
-	// The text itself, under the names the product page uses.
+	// The text itself, under the names the README documents.
 	StdoutText string `json:"stdout"`
 	StderrText string `json:"stderr"`
 }
@@ -127,6 +133,11 @@ type Stream struct {
 	KeptBytes   int   `json:"kept_bytes"`
 	Truncated   bool  `json:"truncated"`
 	InvalidUTF8 bool  `json:"invalid_utf8"`
+	// Controls counts the characters of the text that a terminal or a
+	// bidi-aware view would act on (C0 other than tab and newline, DEL,
+	// C1, bidirectional formatting). The host counts them, not the guest;
+	// in its JSON they are escaped.
+	Controls int `json:"controls,omitempty"`
 }
 
 // FileDigest names a file with its size and sha256 (hex).

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of a run request. The product page fixes these numbers; both
+// Limits of a run request, as the README documents them; both
 // sides check them.
 const (
 	MaxCodeBytes          = 65536
