@@ -116,16 +116,3 @@ func TestParseRun(t *testing.T) {
 		}
 	}
 }
-
-func TestGuestArtifacts(t *testing.T) {
-	t.Setenv("PYBOX_KERNEL", "/k/bzImage")
-	t.Setenv("PYBOX_INITRAMFS", "")
-	k, i, err := guestArtifacts("", "")
-	if err != nil || k != "/k/bzImage" || !strings.HasSuffix(i, filepath.Join("build", "x86_64", "initramfs.cpio")) {
-		t.Errorf("%q %q %v", k, i, err)
-	}
-	k, _, _ = guestArtifacts("/flag/bz", "")
-	if k != "/flag/bz" {
-		t.Errorf("the flag did not win: %q", k)
-	}
-}

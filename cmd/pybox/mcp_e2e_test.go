@@ -285,8 +285,7 @@ type rawMCP struct {
 // writes is read (and queued) as it comes.
 func (e *vmEnv) rawClient(t *testing.T, read bool, args ...string) *rawMCP {
 	t.Helper()
-	cmd := exec.Command(e.bin, append([]string{"mcp"}, args...)...)
-	cmd.Env = e.env
+	cmd := e.command(append([]string{"mcp"}, args...)...)
 	r := &rawMCP{t: t, cmd: cmd, stderr: &syncBuffer{}, lines: make(chan []byte, 4096), done: make(chan error, 1)}
 	cmd.Stderr = r.stderr
 	stdin, err := cmd.StdinPipe()

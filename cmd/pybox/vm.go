@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"pybox/host/escape"
+	"pybox/host/guestfiles"
 	"pybox/host/paths"
+	"pybox/host/service"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
 	"pybox/shared/wire"
@@ -98,12 +100,18 @@ not boot within 6 s is stopped, remembered for this host boot, and TCG is
 used instead. If the VM runs already, this says so and changes nothing.
 With --data NAME=DIR, the VM gets a read-only copy of the host folder DIR
 as data folder NAME, brought up to date before each run that names it;
-a box sees it at /data/NAME, and only when its call asks for it.`)
+a box sees it at /data/NAME, and only when its call asks for it.
+
+With --foreground it stays until the VM is gone, for a service manager
+(`+"`pybox vm service`"+` writes the files): it tells systemd when the VM is up
+($NOTIFY_SOCKET), powers the VM off cleanly on SIGTERM, and exits 0 when
+the VM was asked to stop (this way or by `+"`pybox vm stop`"+`) and 1 when it
+ended by itself, so the manager restarts only a VM that failed.`)
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
-	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else build/x86_64/bzImage beside this pybox)")
-	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else build/x86_64/initramfs.cpio beside this pybox)")
+	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else ../lib/pybox/ARCH/ beside this pybox's real path, else ../build/ARCH/; `pybox version` shows which)")
+	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else as for --kernel)")
 	images := fs.String("images", "", "images to attach, by name from the image store (comma-separated; default: the built-in images that are built)")
 	var files imageFiles
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
@@ -112,6 +120,7 @@ a box sees it at /data/NAME, and only when its call asks for it.`)
 	var data dataFolders
 	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (NAME=DIR, repeatable); `pybox mcp --data` says which an agent may use")
 	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
+	foreground := fs.Bool("foreground", false, "stay until the VM is gone, for a service manager (see above)")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
 	} else if len(pos) > 0 {
@@ -122,9 +131,11 @@ a box sees it at /data/NAME, and only when its call asks for it.`)
 		return fail("%v", err)
 	}
 	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox}
-	if cfg.Kernel, cfg.Initramfs, err = guestArtifacts(*kernel, *initramfs); err != nil {
+	gf, err := guestfiles.Find(*kernel, *initramfs)
+	if err != nil {
 		return fail("%v", err)
 	}
+	cfg.Kernel, cfg.Initramfs = gf.Kernel.Path, gf.Initramfs.Path
 	if cfg.Images, err = startImages(h, *images, files); err != nil {
 		return fail("%v", err)
 	}
@@ -138,28 +149,39 @@ a box sees it at /data/NAME, and only when its call asks for it.`)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := supervisor.Start(ctx, supervisor.StartOptions{
-		Home: h, Accel: *accel, VM: cfg, Command: []string{exe, "vm", supervisorCommand}, Say: say,
-	})
-	var se *supervisor.StartError
-	switch {
-	case errors.Is(err, supervisor.ErrRunning):
-		fmt.Printf("the VM is already running%s; nothing changed (stop it first with `pybox vm stop` to start it with other settings)\n", describeRunning(st))
-		return exitOK
-	case errors.As(err, &se):
-		fmt.Fprintf(os.Stderr, "pybox: %v\n", se)
-		if len(se.ConsoleTail) > 0 {
-			fmt.Fprintf(os.Stderr, "--- last %d lines of the console log (%s) ---\n", len(se.ConsoleTail), se.Log)
-			for _, l := range se.ConsoleTail {
-				fmt.Fprintln(os.Stderr, l)
+	opts := supervisor.StartOptions{Home: h, Accel: *accel, VM: cfg, Command: []string{exe, "vm", supervisorCommand}, Say: say}
+	if *foreground {
+		code, err := supervisor.Foreground(ctx, opts, stopLimit, func(st *supervisor.State) {
+			announce(st, gf)
+			if err := service.Notify("READY=1"); err != nil {
+				say(err.Error())
 			}
-			fmt.Fprintln(os.Stderr, "---")
+		})
+		if errors.Is(err, supervisor.ErrRunning) {
+			st, _ := supervisor.ReadState(paths.ForVM(h))
+			return fail("the VM is already running%s, started outside this service: stop it with `pybox vm stop`, then start the service again",
+				describeRunning(st))
 		}
-		fmt.Fprintln(os.Stderr, "pybox: nothing is left running")
-		return exitFailure
-	case err != nil:
-		return fail("%v", err)
+		if err != nil {
+			return startFailed(err)
+		}
+		return code
 	}
+	st, err := supervisor.Start(ctx, opts)
+	if errors.Is(err, supervisor.ErrRunning) {
+		fmt.Printf("the VM is already running%s; nothing changed (stop it first with `pybox vm stop` to start it with other settings)\n", describeRunning(st))
+		warnAgentVersion(st, gf)
+		return exitOK
+	}
+	if err != nil {
+		return startFailed(err)
+	}
+	announce(st, gf)
+	return exitOK
+}
+
+// announce says that the VM runs, and how.
+func announce(st *supervisor.State, gf *guestfiles.Files) {
 	// The agent's version, kernel and image names come from the guest's
 	// hello: shown escaped.
 	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
@@ -169,7 +191,44 @@ a box sees it at /data/NAME, and only when its call asks for it.`)
 	if st.Sandbox != vm.SandboxQEMU && st.Accel != "vz" {
 		fmt.Fprintf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
 	}
-	return exitOK
+	warnAgentVersion(st, gf)
+}
+
+// startFailed reports a start that failed, with the end of the console
+// log when there is one.
+func startFailed(err error) int {
+	var se *supervisor.StartError
+	if !errors.As(err, &se) {
+		return fail("%v", err)
+	}
+	fmt.Fprintf(os.Stderr, "pybox: %v\n", se)
+	if len(se.ConsoleTail) > 0 {
+		fmt.Fprintf(os.Stderr, "--- last %d lines of the console log (%s) ---\n", len(se.ConsoleTail), se.Log)
+		for _, l := range se.ConsoleTail {
+			fmt.Fprintln(os.Stderr, l)
+		}
+		fmt.Fprintln(os.Stderr, "---")
+	}
+	fmt.Fprintln(os.Stderr, "pybox: nothing is left running")
+	return exitFailure
+}
+
+// warnAgentVersion says so when the running VM's guest agent is not the
+// one in the guest files this pybox would boot now, as after an upgrade:
+// the VM keeps its agent until it is restarted. The guest files' manifest
+// says which agent they hold; without one there is nothing to compare.
+func warnAgentVersion(st *supervisor.State, gf *guestfiles.Files) {
+	if st == nil || gf == nil || st.AgentVersion == "" || slices.Contains(st.Capabilities, wire.CapUnsealable) {
+		return
+	}
+	r, err := gf.Check()
+	if err != nil || r.AgentVersion == "" || r.AgentVersion == st.AgentVersion {
+		return
+	}
+	// The running agent's version comes from the guest's hello: escaped.
+	fmt.Fprintf(os.Stderr, "pybox: warning: the running VM's guest agent is %s, but the guest files this pybox boots (%s) hold %s: "+
+		"restart the VM to use them: `pybox vm stop`, then `pybox vm start` (or `systemctl --user restart pybox` where the user service runs it)\n",
+		escape.Line(st.AgentVersion), filepath.Dir(r.Initramfs.Path), r.AgentVersion)
 }
 
 // warnUnsealable says so when the VM runs the benchmark build of the
@@ -187,34 +246,6 @@ func describeRunning(st *supervisor.State) string {
 	}
 	return fmt.Sprintf(" (%s, accel %s, supervisor pid %d, up %s)", st.Phase, orDash(st.Accel), st.SupervisorPid,
 		time.Since(st.StartedAt).Round(time.Second))
-}
-
-// guestArtifacts finds the kernel and initramfs: flags, then environment,
-// then build/x86_64/ beside the directory holding this executable.
-func guestArtifacts(kernel, initramfs string) (string, string, error) {
-	dir := ""
-	if exe, err := os.Executable(); err == nil {
-		if exe, err = filepath.EvalSymlinks(exe); err == nil {
-			dir = filepath.Join(filepath.Dir(exe), "..", "build", "x86_64")
-		}
-	}
-	pick := func(flagValue, env, name string) (string, error) {
-		switch {
-		case flagValue != "":
-			return filepath.Abs(flagValue)
-		case os.Getenv(env) != "":
-			return filepath.Abs(os.Getenv(env))
-		case dir != "":
-			return filepath.Clean(filepath.Join(dir, name)), nil
-		}
-		return "", fmt.Errorf("no %s: set %s or pass a flag", name, env)
-	}
-	k, err := pick(kernel, "PYBOX_KERNEL", "bzImage")
-	if err != nil {
-		return "", "", err
-	}
-	i, err := pick(initramfs, "PYBOX_INITRAMFS", "initramfs.cpio")
-	return k, i, err
 }
 
 // startImages resolves --images and --image-file into images with digests.
@@ -344,6 +375,9 @@ func printStatus(s *supervisor.Status) {
 		}
 		row("agent", agent)
 		warnUnsealable(st)
+		if gf, err := guestfiles.Find("", ""); err == nil {
+			warnAgentVersion(st, gf)
+		}
 		row("guest kernel", escape.Line(st.GuestKernel))
 	}
 	if st.Health != "" {

@@ -121,8 +121,14 @@ func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
 	if err != nil {
 		nc.Close()
 		var we *wire.Error
-		if errors.As(err, &we) && we.Code == wire.ErrNoVM {
+		switch {
+		case errors.As(err, &we) && we.Code == wire.ErrNoVM:
 			return nil, ErrNoVM
+		case errors.As(err, &we) && we.Code == wire.ErrProtocol:
+			// A supervisor started by another version of pybox, which
+			// runs on after an upgrade until the VM is restarted.
+			return nil, fmt.Errorf("client: the running VM was started by a pybox that does not speak this one's protocol (%s): "+
+				"restart it with this pybox: `pybox vm stop`, then `pybox vm start`", we.Message)
 		}
 		return nil, err
 	}

@@ -32,6 +32,9 @@ type StartOptions struct {
 	Command []string
 	// Say receives progress lines.
 	Say func(string)
+	// Exited, when set, receives the supervisor's exit status once it
+	// ends (see Foreground); -1 when a signal killed it.
+	Exited chan<- int
 }
 
 // StartError is a start that failed; ConsoleTail is the end of the
@@ -76,7 +79,7 @@ func Start(ctx context.Context, o StartOptions) (*State, error) {
 	if err := writeFileAtomic(d.Config(), b); err != nil {
 		return nil, err
 	}
-	events, pid, err := spawn(d, o.Command, lock)
+	events, pid, err := spawn(d, o.Command, lock, o.Exited)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +89,7 @@ func Start(ctx context.Context, o StartOptions) (*State, error) {
 
 // spawn starts the supervisor in its own session, with the lock and the
 // write end of the events pipe as descriptors 3 and 4.
-func spawn(d paths.VM, command []string, lock *os.File) (*os.File, int, error) {
+func spawn(d paths.VM, command []string, lock *os.File, exited chan<- int) (*os.File, int, error) {
 	if len(command) == 0 {
 		return nil, 0, errors.New("supervisor: no command to start the supervisor with")
 	}
@@ -113,8 +116,13 @@ func spawn(d paths.VM, command []string, lock *os.File) (*os.File, int, error) {
 		return nil, 0, fmt.Errorf("supervisor: starting %s: %w", command[0], err)
 	}
 	pid := cmd.Process.Pid
-	// Reap it if it ends while we wait; after that, init does.
-	go cmd.Wait()
+	// Reap it if it ends while this process lives; after that, init does.
+	go func() {
+		cmd.Wait()
+		if exited != nil {
+			exited <- cmd.ProcessState.ExitCode()
+		}
+	}()
 	return r, pid, nil
 }
 

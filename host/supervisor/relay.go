@@ -136,7 +136,8 @@ func Handshake(ctx context.Context, guest net.Conn) (wire.Hello, error) {
 	case m.Type != wire.TypeHello || m.ID != 1:
 		return wire.Hello{}, fmt.Errorf("the guest answered hello with %s (id %d)", m.Type, m.ID)
 	case m.Hello.Protocol != wire.ProtocolVersion:
-		return wire.Hello{}, fmt.Errorf("the guest speaks protocol %d, this host %d: rebuild the initramfs with this version (make)",
+		return wire.Hello{}, fmt.Errorf("the guest speaks protocol %d, this pybox %d: its initramfs is not this pybox's "+
+			"(`pybox version` shows which it boots): install the guest files of this pybox (`make install`, or the release bundle's lib/) or rebuild them (`make`)",
 			m.Hello.Protocol, wire.ProtocolVersion)
 	}
 	return *m.Hello, nil
@@ -635,6 +636,14 @@ func (r *Relay) leave(c *peer) {
 			r.logf("cancelling run %s: %v", id, err)
 		}
 	}
+}
+
+// Stopping reports whether the VM was asked to power off, by a client's
+// shutdown or by Shutdown.
+func (r *Relay) Stopping() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopping
 }
 
 // Shutdown asks the guest to power off, as a client would.

@@ -351,7 +351,7 @@ func (s *supervisor) serve(ctx context.Context, m *vm.Machine, r *Relay) error {
 		r.Close()
 		m.Kill()
 		if why == nil {
-			return nil
+			return unasked(r, m)
 		}
 		if err := s.mayRestart(why); err != nil {
 			s.logf("%v", err)
@@ -411,6 +411,19 @@ func (s *supervisor) serveVM(ctx context.Context, m *vm.Machine, r *Relay) error
 		s.logf("the VM did not exit within %s: killing it", guestGrace)
 	}
 	return nil
+}
+
+// unasked is the supervisor's verdict on a VM that stays stopped: nil when
+// it was asked to stop (`pybox vm stop`, a signal), an error when it ended
+// by itself (QEMU died, the guest powered off after a fatal error). The
+// error makes the supervisor's exit status 1, as giving up on restarting
+// a wedged guest does, which `pybox vm start --foreground` passes on: a
+// service manager restarts a VM that failed but not one that was stopped.
+func unasked(r *Relay, m *vm.Machine) error {
+	if r.Stopping() {
+		return nil
+	}
+	return fmt.Errorf("the VM ended without being asked to stop (%v)", orClean(m.Err()))
 }
 
 // Health checks of the guest by its supervisor.

@@ -88,11 +88,10 @@ func (c *Config) Check() error {
 	if c.Channel == "" {
 		c.Channel = ChannelSerial
 	}
+	if err := CheckSize(c.MemoryMiB, c.CPUs); err != nil {
+		return err
+	}
 	switch {
-	case c.MemoryMiB < 256 || c.MemoryMiB > 65536:
-		return fmt.Errorf("vm: memory %d MiB: give 256–65536", c.MemoryMiB)
-	case c.CPUs < 1 || c.CPUs > 8:
-		return fmt.Errorf("vm: %d CPUs: give 1–8 (the guest kernel supports 8)", c.CPUs)
 	case c.Machine != MachineMicrovm && c.Machine != MachinePC:
 		return fmt.Errorf("vm: machine %q: use %s or %s", c.Machine, MachineMicrovm, MachinePC)
 	case c.Channel != ChannelSerial && c.Channel != ChannelVsock:
@@ -110,6 +109,17 @@ func (c *Config) Check() error {
 		return err
 	}
 	return c.checkData()
+}
+
+// CheckSize checks a VM's memory and CPUs.
+func CheckSize(memoryMiB, cpus int) error {
+	switch {
+	case memoryMiB < 256 || memoryMiB > 65536:
+		return fmt.Errorf("vm: memory %d MiB: give 256–65536", memoryMiB)
+	case cpus < 1 || cpus > 8:
+		return fmt.Errorf("vm: %d CPUs: give 1–8 (the guest kernel supports 8)", cpus)
+	}
+	return nil
 }
 
 func checkImages(images []Image) error {

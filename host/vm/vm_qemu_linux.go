@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"runtime"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ func Plan(home string, cfg Config, requested string) ([]Attempt, []string, error
 		return []Attempt{{Accel: "kvm", Timeout: kvmTimeout}}, nil, nil
 	case "auto", "":
 		if err := openKVM(); err != nil {
-			return []Attempt{tcg}, []string{fmt.Sprintf("kvm not available (%v); using tcg", err)}, nil
+			return []Attempt{tcg}, []string{fmt.Sprintf("kvm not available (%v); using tcg, which is several times slower%s", err, kvmHint(err))}, nil
 		}
 		if _, ok := cachedKVMFailure(home, cfg.Kernel); ok {
 			return []Attempt{tcg}, []string{"kvm unusable here (cached probe); using tcg"}, nil
@@ -76,6 +77,28 @@ func RecordFailure(home string, cfg Config, a Attempt, reason string) error {
 		return nil
 	}
 	return recordKVMFailure(home, cfg.Kernel, reason)
+}
+
+// kvmHint says how to get KVM when /dev/kvm is there but not for this
+// user: it is for the group that owns it (kvm on Debian and most
+// distributions).
+func kvmHint(err error) string {
+	if !errors.Is(err, os.ErrPermission) {
+		return ""
+	}
+	fi, serr := os.Stat("/dev/kvm")
+	if serr != nil {
+		return ""
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	g, gerr := user.LookupGroupId(strconv.Itoa(int(st.Gid)))
+	if gerr != nil || g.Name == "root" || fi.Mode().Perm()&0o060 != 0o060 {
+		return "; for kvm, /dev/kvm must belong to a group you are in, with mode 0660 (as Debian's udev rules make it: group kvm): ask your administrator"
+	}
+	return fmt.Sprintf("; for kvm, join group %s, which owns /dev/kvm (`sudo adduser $USER %s`, then log in again)", g.Name, g.Name)
 }
 
 func openKVM() error {
