@@ -49,7 +49,7 @@ func ParseData(cmdline string) ([]string, []error) {
 // (QEMU), then virtio-fs (Virtualization.framework). cache=none: every
 // read asks the host, so a run sees the copy as it is now.
 var dataMounts = []struct{ fstype, options string }{
-	{"9p", "trans=virtio,version=9p2000.L,msize=524288,cache=none"},
+	{"9p", "trans=virtio,version=9p2000.L,msize=524288,cache=none,access=client"},
 	{"virtiofs", ""},
 }
 

@@ -106,6 +106,9 @@ func Sync(src, dst string, lim Limits) (*Report, error) {
 	if err = os.MkdirAll(dst, 0o755); err != nil {
 		return nil, fmt.Errorf("mirror: %w", err)
 	}
+	if err = os.Chmod(dst, 0o755); err != nil {
+		return nil, fmt.Errorf("mirror: %w", err)
+	}
 	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("mirror: %w", err)
@@ -207,6 +210,11 @@ func (s *syncer) subdir(sfd, dfd int, name, rel string, depth int) error {
 	if err := unix.Mkdirat(dfd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("mirror: %w", err)
 	}
+	// Past the umask (the supervisor's is 077): the box reads the copy as
+	// another user than its owner.
+	if err := unix.Fchmodat(dfd, name, 0o755, 0); err != nil {
+		return fmt.Errorf("mirror: %w", err)
+	}
 	dsub, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("mirror: %w", err)
@@ -271,7 +279,10 @@ func (s *syncer) copyInto(dfd int, name string, f *os.File, st *unix.Stat_t) err
 		return err
 	}
 	w := os.NewFile(uintptr(out), tmp)
-	_, err = io.Copy(w, io.LimitReader(f, st.Size))
+	err = unix.Fchmod(out, 0o644) // past the umask, as for directories
+	if err == nil {
+		_, err = io.Copy(w, io.LimitReader(f, st.Size))
+	}
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}

@@ -159,3 +159,21 @@ func TestSyncLimits(t *testing.T) {
 		t.Errorf("over MaxDepth: %v", err)
 	}
 }
+
+// The copy is readable by others whatever the umask: the box reads it as
+// another user than the supervisor that made it.
+func TestSyncReadableByOthers(t *testing.T) {
+	old := unix.Umask(0o077)
+	defer unix.Umask(old)
+	base := t.TempDir()
+	src, dst := filepath.Join(base, "folder"), filepath.Join(base, "copy")
+	write(t, filepath.Join(src, "sub", "f.txt"), "x")
+	if _, err := Sync(src, dst, DefaultLimits); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{dst: 0o755, filepath.Join(dst, "sub"): 0o755, filepath.Join(dst, "sub", "f.txt"): 0o644} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want %v", p, fi.Mode().Perm(), err, want)
+		}
+	}
+}

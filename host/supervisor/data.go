@@ -60,6 +60,11 @@ func makeMirrors(shares []vm.DataShare) error {
 		if err := os.MkdirAll(d.Mirror, 0o755); err != nil {
 			return fmt.Errorf("data folder %s: %w", d.Name, err)
 		}
+		// The box reads the copy as another user (see host/mirror);
+		// the supervisor's umask would keep it out.
+		if err := os.Chmod(d.Mirror, 0o755); err != nil {
+			return fmt.Errorf("data folder %s: %w", d.Name, err)
+		}
 	}
 	return nil
 }
