@@ -4,26 +4,46 @@ SHELL := /bin/bash
 GO ?= go
 ARCH ?= x86_64
 GOARCH_guest := $(if $(filter arm64,$(ARCH)),arm64,amd64)
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# Worked out once (:=), so every recipe of one make run stamps the same
+# version even if the tree changes meanwhile.
+ifndef VERSION
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+endif
+ifndef COMMIT
+COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+endif
 export PYBOX_CACHE ?= $(HOME)/.cache/pybox
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 
 BUILD := build/$(ARCH)
+KERNEL_FILE := $(if $(filter arm64,$(ARCH)),Image,bzImage)
+# make install: PREFIX/bin/pybox and PREFIX/lib/pybox/ARCH/, under DESTDIR
+# when packaging.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR := $(DESTDIR)$(PREFIX)/bin
+LIBDIR := $(DESTDIR)$(PREFIX)/lib/pybox/$(ARCH)
+GUEST_FILES := $(KERNEL_FILE) initramfs.cpio manifest.json
 HOST_LDFLAGS := -X pybox/host/version.Version=$(VERSION) -X pybox/host/version.Commit=$(COMMIT)
 guest_ldflags = -s -w -buildid= -X pybox/guest/agent.Version=$(1) -X pybox/guest/agent.Commit=$(COMMIT)
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: all pybox guest bench-guest kernel kernel-arm64 guest-arm64 images deps test check typecheck-darwin sign fuzz bench demo clean help
+.PHONY: all pybox guest bench-guest kernel kernel-arm64 guest-arm64 manifest images install uninstall dist deps test check typecheck-darwin sign fuzz bench demo clean help FORCE
 
-all: pybox guest kernel ## Build bin/pybox, the guest agent, its initramfs and the kernel (default)
+all: pybox guest kernel manifest ## Build bin/pybox, the guest agent, its initramfs, the kernel and their manifest (default)
+
+# The version is stamped into both binaries: they are built again when it
+# changes (a commit), not only when a source file does, so the manifest's
+# agent version is always the one inside the initramfs.
+$(BUILD)/version.stamp: FORCE
+	@mkdir -p $(@D); echo '$(VERSION) $(COMMIT)' | cmp -s - $@ || echo '$(VERSION) $(COMMIT)' > $@
 
 pybox: bin/pybox ## Build the host CLI, bin/pybox
-bin/pybox: $(GO_SOURCES)
+bin/pybox: $(GO_SOURCES) $(BUILD)/version.stamp
 	$(GO) build -trimpath -ldflags '$(HOST_LDFLAGS)' -o $@ ./cmd/pybox
 
 guest: $(BUILD)/initramfs.cpio ## Build the static guest agent and the initramfs holding it as /init
-$(BUILD)/pybox-guest: $(GO_SOURCES)
+$(BUILD)/pybox-guest: $(GO_SOURCES) $(BUILD)/version.stamp
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_guest) $(GO) build -trimpath -ldflags '$(call guest_ldflags,$(VERSION))' -o $@ ./cmd/pybox-guest
 $(BUILD)/initramfs.cpio: $(BUILD)/pybox-guest
 	$(GO) run ./initramfs/mkinitramfs -o $@ $<
@@ -32,7 +52,7 @@ $(BUILD)/initramfs.cpio: $(BUILD)/pybox-guest
 # seccomp filter off (guest/box/seal_bench.go), for `make bench` only. It
 # lives apart, in build/<arch>/bench/, and says "-bench" in its version.
 bench-guest: $(BUILD)/bench/initramfs.cpio ## Build the benchmark-only agent and initramfs (make bench uses it; never shipped)
-$(BUILD)/bench/pybox-guest: $(GO_SOURCES)
+$(BUILD)/bench/pybox-guest: $(GO_SOURCES) $(BUILD)/version.stamp
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_guest) $(GO) build -tags pyboxbench -trimpath -ldflags '$(call guest_ldflags,$(VERSION)-bench)' -o $@ ./cmd/pybox-guest
 $(BUILD)/bench/initramfs.cpio: $(BUILD)/bench/pybox-guest
 	$(GO) run ./initramfs/mkinitramfs -o $@ $<
@@ -45,6 +65,25 @@ kernel-arm64: ## Build the arm64 guest kernel for macOS (needs gcc-aarch64-linux
 
 guest-arm64: ## Cross-build the arm64 guest agent and initramfs
 	$(MAKE) guest ARCH=arm64
+
+# manifest.json records the guest files' sha256 and the agent's version,
+# for `pybox version` and for the warning about a VM that runs an older agent.
+manifest: guest kernel ## Write build/ARCH/manifest.json for the kernel and initramfs
+	$(GO) run ./host/guestfiles/mkmanifest -arch $(ARCH) -version '$(VERSION)' -commit '$(COMMIT)' $(BUILD)
+
+install: ## Install bin/pybox and its guest files into $(DESTDIR)$(PREFIX) (default /usr/local); run `make` first
+	@for f in bin/pybox $(addprefix $(BUILD)/,$(GUEST_FILES)); do \
+	  [ -f $$f ] || { echo "make install: no $$f: run \`make\` first (as yourself, not root), then \`make install\`" >&2; exit 1; }; done
+	install -d $(BINDIR) $(LIBDIR)
+	install -m 0755 bin/pybox $(BINDIR)/pybox
+	install -m 0644 $(addprefix $(BUILD)/,$(GUEST_FILES)) $(LIBDIR)/
+
+uninstall: ## Remove exactly what `make install` installed (give the same PREFIX and DESTDIR)
+	rm -f $(BINDIR)/pybox $(addprefix $(LIBDIR)/,$(GUEST_FILES))
+	rmdir $(LIBDIR) $(DESTDIR)$(PREFIX)/lib/pybox 2>/dev/null || true
+
+dist: all images ## Build the release bundle dist/pybox-VERSION-linux-ARCH.tar.gz (reproducible)
+	scripts/dist.sh '$(VERSION)' '$(COMMIT)' $(ARCH)
 
 images: bin/pybox ## Build the built-in images stdlib and data (cached in $PYBOX_CACHE)
 	bin/pybox image build stdlib
@@ -77,8 +116,8 @@ bench: all images bench-guest ## Benchmarks: medians and ratios, written to buil
 demo: all images ## Start the VM and run a real example through `pybox run`
 	scripts/demo.sh
 
-clean: ## Remove bin/ and build/ (the caches in $PYBOX_CACHE stay)
-	rm -rf bin build
+clean: ## Remove bin/, build/ and dist/ (the caches in $PYBOX_CACHE stay)
+	rm -rf bin build dist
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'

@@ -18,5 +18,5 @@ east,2,71
 CSV
 echo "== pybox run --image data scripts/demo.py (sales.csv in, chart.png out)"
 bin/pybox run --image data --timeout 30 --file build/demo/sales.csv --out build/demo scripts/demo.py
-echo "== returned files are in build/demo/:"
-ls -l build/demo
+echo "== returned files are in build/demo/RUN_ID/:"
+ls -l build/demo/*/

@@ -18,6 +18,10 @@ packages=(
   mmdebstrap erofs-utils squashfs-tools
   # the seccomp policy compiler (cgo, build time only)
   libseccomp-dev pkg-config
+  # the end-to-end test of the user service runs a real systemd user
+  # manager and checks the unit with systemd-analyze (util-linux brings
+  # setpriv and unshare)
+  systemd util-linux
   # make bench: the alternatives PyBox is measured against, and the host
   # floor's pandas
   bubblewrap runsc python3-pandas

@@ -187,7 +187,7 @@ func BenchmarkReport(b *testing.B) {
 		Machine: hostFacts(), Images: map[string]any{}, Skipped: map[string]string{}}
 	b.Logf("knobs %+v; writing to %s", k, out)
 
-	r.Skipped["effect of image warming (issue 4)"] = "not measured apart: the agent always warms the images before its hello, so every boot figure includes warming; the first pandas call after boot is the cold figure"
+	r.Skipped["effect of image warming"] = "not measured apart: the agent always warms the images before its hello, so every boot figure includes warming; the first pandas call after boot is the cold figure"
 	r.Notes = append(r.Notes,
 		"Cold boot means the first boot of this bench run with that image set (the notes below say whether the host page cache was dropped first). Cold pandas means the first `import pandas` after boot, after the agent's own warming.",
 		"Under TCG every guest instruction is emulated, so absolute PyBox times are far above what KVM gives (the last note gives the emulation factor measured in this run); compare ratios and host-side overheads.")
@@ -821,7 +821,7 @@ func vmMemory(b *testing.B, r *benchReport, e *vmEnv) {
 }
 
 // goals compares the sealed run of pass with python3 started bare in the
-// same guest (issue 3's figure; the 30 % goal).
+// same guest (the 30 % goal for the box's own cost).
 func goals(r *benchReport) {
 	sealed := r.find("pybox", "pass via host/client: round trip (the sealed run, end to end)")
 	inBox := r.find("pybox", "pass: receipt wall_ms (python3 start → exit inside the box)")

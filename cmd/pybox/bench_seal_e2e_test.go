@@ -31,12 +31,12 @@ print("%%.3f %%s" %% (us, mode))`
 )
 
 // benchSeal times what the posture check and the seccomp filter cost per
-// run (issue 7): on one VM running the benchmark build of the agent
+// run: on one VM running the benchmark build of the agent
 // (`make bench-guest`, whose console can switch both off), the same runs
 // alternate between the full seal, no posture check, and neither, so
 // that all three see the same machine at the same time.
 func benchSeal(b *testing.B, r *benchReport, k benchKnobs) {
-	const what = "posture check and seccomp filter, with against without (issue 7)"
+	const what = "posture check and seccomp filter, with against without"
 	initramfs := os.Getenv("BENCH_INITRAMFS")
 	if initramfs == "" {
 		r.Skipped[what] = "not measured: it needs the benchmark build of the agent; `make bench` builds it (make bench-guest) and sets BENCH_INITRAMFS"

@@ -1,10 +1,10 @@
 package main
 
-// End-to-end tests of the sealed box (issue 3): programs run through the
+// End-to-end tests of the sealed box: programs run through the
 // real `pybox run --json` against one real VM with the stdlib image, and
 // the tests assert what a user would read in the receipt. TestBox covers
 // the box's own behaviour (outcomes, limits, output files, one run at a
-// time); hostile_e2e_test.go covers HOSTILE.md class by class. Both share
+// time); hostile_e2e_test.go covers the hostile inputs class by class. Both share
 // the VM that boxVM starts, which TestMain stops after the last test.
 
 import (
@@ -709,20 +709,28 @@ except RuntimeError as e:
 		}
 	})
 
-	t.Run("/tmp full: ENOSPC at the tmpfs size", func(t *testing.T) {
+	t.Run("/tmp full: ENOSPC at the tmpfs size, EFBIG past it for one file", func(t *testing.T) {
+		// One file cannot be larger than /tmp (RLIMIT_FSIZE); several
+		// fill it to its size.
 		r := runPy(t, e, `
 import errno
 n = 0
-with open("/tmp/fill", "wb", buffering=0) as f:
-    try:
-        while True:
-            n += f.write(b"x" * (1 << 20))
-    except OSError as e:
-        print("RESULT error", errno.errorcode[e.errno])
+try:
+    for i in range(100):
+        with open("/tmp/fill%d" % i, "wb", buffering=0) as f:
+            for _ in range(8):
+                n += f.write(b"x" * (1 << 20))
+except OSError as e:
+    print("RESULT error", errno.errorcode[e.errno])
 print("RESULT near-64MiB", (60 << 20) <= n <= (64 << 20))
+with open("/tmp/one", "wb", buffering=0) as f:
+    try:
+        f.seek(64 << 20); f.write(b"x")
+    except OSError as e:
+        print("RESULT past-the-size", errno.errorcode[e.errno])
 `, "--timeout", "20")
 		rc := expectEnd(t, r, wire.StatusOK)
-		expectResults(t, rc, []probe{{"error", "ENOSPC"}, {"near-64MiB", "True"}})
+		expectResults(t, rc, []probe{{"error", "ENOSPC"}, {"near-64MiB", "True"}, {"past-the-size", "EFBIG"}})
 	})
 
 	t.Run("flood on both streams: counted, capped, the agent stays flat", func(t *testing.T) {
@@ -793,7 +801,7 @@ print("RESULT made", len(os.listdir("/tmp/output")))
 				break
 			}
 		}
-		if ents, _ := os.ReadDir(out); len(ents) != wire.MaxReturnedFiles {
+		if ents, _ := os.ReadDir(filepath.Join(out, rc.RunID)); len(ents) != wire.MaxReturnedFiles {
 			t.Errorf("--out holds %d files, want 64", len(ents))
 		}
 		t.Logf("collected in %v beyond the program's %d ms", r.elapsed-time.Duration(rc.WallMS)*time.Millisecond, rc.WallMS)
@@ -867,12 +875,16 @@ open(o + "ok.txt", "w").write("ok")
 		if len(rc.Output.Returned) != len(returned) || len(r.Files) != len(returned) {
 			t.Errorf("returned %+v", rc.Output.Returned)
 		}
-		ents, _ := os.ReadDir(out)
+		// --out writes into a new directory named for the run.
+		if ents, _ := os.ReadDir(out); len(ents) != 1 || ents[0].Name() != rc.RunID {
+			t.Errorf("--out holds %v, want the run's directory %s only", ents, rc.RunID)
+		}
+		ents, _ := os.ReadDir(filepath.Join(out, rc.RunID))
 		if len(ents) != len(returned) {
 			t.Errorf("--out holds %d entries, want %d", len(ents), len(returned))
 		}
 		for name, content := range returned {
-			b, err := os.ReadFile(filepath.Join(out, name))
+			b, err := os.ReadFile(filepath.Join(out, rc.RunID, name))
 			if err != nil || string(b) != content {
 				t.Errorf("--out %s: %v, %d bytes", name, err, len(b))
 			}

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"pybox/host/check"
+	"pybox/host/escape"
 	"pybox/host/mcp"
 )
 
@@ -19,12 +19,13 @@ func init() {
 }
 
 func checkMain(args []string) int {
-	fs := flags("check", "[--images LIST] [--max-timeout S] [--json] [-v] [--vm-down] [--server CMD...]", `
+	fs := flags("check", "[--images LIST] [--max-timeout S] [--data NAMES] [--output-dir DIR] [--json] [-v] [--vm-down] [--server CMD...]", `
 Start `+"`pybox mcp`"+` with the options given and check it through an MCP
 client, as an agent would: the handshake, the tool's schema, a run in each
-image, files in and out, refused arguments, output that tries to forge a
-protocol message, busy, cancel, timeout, trimming, a message over 512 KiB
-and the memory reading. Each check prints one line: PASS, or FAIL with
+image, each data folder read-only (--data), a file landing in the output
+folder (--output-dir), files in and out, a PNG chart back as a file and as an image,
+refused arguments, output that tries to forge a protocol message, busy,
+cancel, timeout, trimming, a message over 512 KiB and the memory reading. Each check prints one line: PASS, or FAIL with
 what was expected, what came back and a hint. The VM must be running
 (pybox vm start) with every image in --images.
 Exit status: 0 when every check passes, 1 when one fails.
@@ -38,18 +39,27 @@ after it is the command, for example
 	asJSON := fs.Bool("json", false, "print one JSON object per check per line")
 	verbose := fs.Bool("v", false, "say what each check saw, and echo the server's stderr to stderr")
 	vmDown := fs.Bool("vm-down", false, "also check a server with no VM (an empty PYBOX_HOME): calls refused with cleanup NOT_ATTEMPTED")
+	data := fs.String("data", "", "the server's --data: each data folder must be visible, read-only")
+	outDir := fs.String("output-dir", "", "the server's --output-dir: a file the program writes must land there")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
 	} else if len(pos) > 0 {
 		return usageError(fs, "unexpected argument %q (a server command goes after --server)", pos[0])
 	}
-	o := check.Options{VMDown: *vmDown}
+	o := check.Options{VMDown: *vmDown, Data: mcp.ParseNames(*data)}
 	var err error
-	if o.Images, err = mcp.ParseImages(*images); err == nil {
-		o.MaxTimeout, err = mcp.ParseMaxTimeout(*maxTimeout)
+	if *outDir != "" {
+		o.OutputDir, err = filepath.Abs(*outDir)
 	}
 	if err == nil {
-		err = (&mcp.Options{Images: o.Images, MaxTimeout: o.MaxTimeout}).Check()
+		o.Images, err = mcp.ParseImages(*images)
+	}
+	if err == nil {
+		o.MaxTimeout, err = mcp.ParseMaxTimeout(*maxTimeout)
+	}
+	mo := mcp.Options{Images: o.Images, MaxTimeout: o.MaxTimeout, Data: o.Data, OutputDir: o.OutputDir}
+	if err == nil {
+		err = mo.Check()
 	}
 	if err != nil {
 		return usageError(fs, "%v", err)
@@ -62,10 +72,12 @@ after it is the command, for example
 		if err != nil {
 			return fail("cannot find this pybox to start `pybox mcp` (%v): give the command with --server", err)
 		}
-		o.Server = []string{exe, "mcp", "--images", strings.Join(o.Images, ","), "--max-timeout", strconv.FormatFloat(o.MaxTimeout, 'f', -1, 64)}
+		o.Server = append([]string{exe, "mcp"}, mo.Args()...)
 	}
 	if *verbose {
-		o.Logf = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "pybox check: "+format+"\n", a...) }
+		o.Logf = func(format string, a ...any) {
+			fmt.Fprintln(os.Stderr, "pybox check: "+escape.Line(fmt.Sprintf(format, a...)))
+		}
 	}
 	// An interrupt cancels the checks; their servers are stopped on the way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -37,16 +37,17 @@ func TestCheckWithVM(t *testing.T) {
 		}
 	}
 	want := []string{"initialize", "tools-list", "stdlib-run", "memory-final", "image:stdlib", "image:data", "files",
-		"unknown-argument", "timeout-ceiling", "output-is-data", "busy", "cancel", "timeout", "trimmed",
+		"chart", "unknown-argument", "timeout-ceiling", "output-is-data", "busy", "cancel", "timeout", "trimmed",
 		"oversize-message", "vm-down", "stdout-protocol-only"}
 	if !slices.Equal(names, want) {
 		t.Errorf("checks %q, want %q", names, want)
 	}
-	if code != exitOK || !strings.Contains(errOut, "17 passed, 0 failed") {
+	if code != exitOK || !strings.Contains(errOut, "18 passed, 0 failed") {
 		t.Errorf("exit %d, stderr:\n%s", code, errOut)
 	}
 
-	// The server allows only stdlib; the check expects stdlib and data.
+	// The server allows only stdlib; the check expects stdlib and data
+	// (and makes its chart in data).
 	server := []string{"--server", e.bin, "mcp", "--images", "stdlib", "--max-timeout", "10"}
 	out, errOut, code = e.pybox(append(append([]string{"check"}, opts...), server...)...)
 	var failed []string
@@ -55,7 +56,7 @@ func TestCheckWithVM(t *testing.T) {
 			failed = append(failed, strings.Fields(name)[0])
 		}
 	}
-	if code != exitFailure || !slices.Equal(failed, []string{"tools-list", "image:data"}) || !strings.HasSuffix(out, "14 passed, 2 failed\n") {
+	if code != exitFailure || !slices.Equal(failed, []string{"tools-list", "image:data", "chart"}) || !strings.HasSuffix(out, "14 passed, 3 failed\n") {
 		t.Errorf("exit %d, failed %q:\n%s\nstderr:\n%s", code, failed, out, errOut)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/host/escape"
 	"pybox/host/paths"
 	"pybox/host/supervisor"
 )
@@ -45,7 +46,7 @@ is typed into the console, and the output of the next second is printed.`)
 	}
 	defer restore()
 	fmt.Fprint(os.Stderr, "attached to the VM console: press Enter for the agent's prompt, Ctrl-] to detach\r\n")
-	go io.Copy(os.Stdout, c)
+	go io.Copy(guestOutput(), c)
 	buf := make([]byte, 256)
 	for {
 		n, err := os.Stdin.Read(buf)
@@ -67,11 +68,17 @@ is typed into the console, and the output of the next second is printed.`)
 // pipeConsole types stdin into the console and prints what comes back
 // until a second after stdin ends.
 func pipeConsole(c net.Conn) int {
-	go io.Copy(os.Stdout, c)
+	go io.Copy(guestOutput(), c)
 	io.Copy(c, os.Stdin)
 	time.Sleep(time.Second)
 	return exitOK
 }
+
+// guestOutput is where what the guest prints goes: stdout, with every
+// control a line-based console does not need shown escaped. The guest is
+// not trusted (a program's name reaches the kernel's log lines), and a
+// terminal acts on escape sequences.
+func guestOutput() io.Writer { return escape.NewWriter(os.Stdout) }
 
 // rawTerminal puts the terminal on fd in raw mode (every key goes to the
 // guest, Ctrl-C included) and returns how to restore it.

@@ -115,6 +115,20 @@ type vmEnv struct {
 	bin  string
 	home string
 	env  []string
+	// dir and user, when set, are the working directory and the user
+	// every command runs in and as.
+	dir  string
+	user *syscall.Credential
+}
+
+// command is the binary with args, in e's environment.
+func (e *vmEnv) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(e.bin, args...)
+	cmd.Env, cmd.Dir = e.env, e.dir
+	if e.user != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: e.user}
+	}
+	return cmd
 }
 
 func newVMEnv(t testing.TB) *vmEnv {
@@ -137,8 +151,7 @@ func newVMEnv(t testing.TB) *vmEnv {
 // pybox runs the binary and returns stdout, stderr and the exit code.
 func (e *vmEnv) pybox(args ...string) (string, string, int) {
 	e.t.Helper()
-	cmd := exec.Command(e.bin, args...)
-	cmd.Env = e.env
+	cmd := e.command(args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -356,6 +369,10 @@ func TestVMLifecycle(t *testing.T) {
 			t.Errorf("stop: exit %d %q %q", code, out, errOut)
 		}
 		e.expectGone()
+		// Asked to stop: the supervisor exits 0 (a service manager leaves it stopped).
+		if b, _ := os.ReadFile(paths.ForVM(e.home).SupervisorLog()); bytes.Contains(b, []byte("without being asked")) {
+			t.Errorf("the supervisor took a stop for a failure:\n%s", b)
+		}
 		out, _, code = e.pybox("vm", "stop")
 		if code != 0 || !strings.Contains(out, "not running") {
 			t.Errorf("second stop: exit %d %q", code, out)
@@ -385,6 +402,10 @@ func TestVMLifecycle(t *testing.T) {
 			t.Errorf("status after kill: exit %d %q", code, out)
 		}
 		e.expectGone()
+		// Not asked to stop: the supervisor exits 1, so a service manager restarts the VM.
+		if b, _ := os.ReadFile(paths.ForVM(e.home).SupervisorLog()); !bytes.Contains(b, []byte("the VM ended without being asked to stop")) {
+			t.Errorf("the supervisor did not take QEMU's death for a failure:\n%s", b)
+		}
 	})
 
 	t.Run("run without a VM", func(t *testing.T) {

@@ -1,8 +1,8 @@
 package main
 
-// The hostile suite (issue 7, ../shared/HOSTILE.md), program side: each
+// The hostile suite, program side: each
 // class of attack runs for real in the box through `pybox run --json`,
-// and the test asserts the safe outcome HOSTILE.md names: the errno the
+// and the test asserts the safe outcome: the errno the
 // program saw, the receipt's status, cleanup REMOVED, and a clean next
 // run. Many probes share one program where one does not weaken another;
 // each prints a "RESULT name outcome" line. The client side (tool
@@ -18,7 +18,7 @@ import (
 	"pybox/shared/wire"
 )
 
-// escapeProgram tries every way out of the box HOSTILE.md lists, and
+// escapeProgram tries every known way out of the box, and
 // their neighbours. Raw syscalls go through ctypes; a clone that
 // succeeds exits in the child at once.
 const escapeProgram = `
@@ -333,6 +333,33 @@ except OSError as e:
     res("hostname", errno.errorcode[e.errno])
 `
 
+// initProgram sends box-init (pid 1 of the box, same uid) every signal
+// that would end a Go program or stop it, then checks that it still
+// waits for the program, and tries to raise its limits. Lowering them
+// would harm only this run (see the threat model).
+const initProgram = `
+import errno, os, resource, signal, time
+def res(name, v): print("RESULT", name, v, flush=True)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGSEGV,
+          signal.SIGABRT, signal.SIGPIPE, signal.SIGSTOP, signal.SIGKILL):
+    try:
+        os.kill(1, s)
+    except OSError as e:
+        res("kill-" + s.name, errno.errorcode[e.errno])
+time.sleep(0.3)
+res("box-init-state", open("/proc/1/stat").read().split(")")[1].split()[0])
+soft, hard = resource.prlimit(1, resource.RLIMIT_NOFILE)
+try:
+    resource.prlimit(1, resource.RLIMIT_NOFILE, (hard + 1, hard + 1)); res("raise-nofile", "ok")
+except OSError as e:
+    res("raise-nofile", errno.errorcode[e.errno])
+res("own-sigterm", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+`
+
+// A kill(2) to the box's init is not an error: the kernel drops the
+// signal. box-init is still there, sleeping in wait4 ("S").
+var initProbes = []probe{{"box-init-state", "S"}, {"raise-nofile", "EPERM"}, {"own-sigterm", "True"}}
+
 func TestHostile(t *testing.T) {
 	e := boxVM(t)
 
@@ -360,6 +387,13 @@ func TestHostile(t *testing.T) {
 			t.Errorf("hostname: %s", h)
 		}
 		expectClean(t, e)
+	})
+
+	t.Run("box-init cannot be signalled, nor its limits raised", func(t *testing.T) {
+		r := runPy(t, e, initProgram, "--timeout", "10")
+		rc := expectEnd(t, r, wire.StatusOK)
+		expectResults(t, rc, initProbes)
+		expectExit(t, rc, 0, "")
 	})
 
 	t.Run("the program's output is only data", func(t *testing.T) {

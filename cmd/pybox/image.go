@@ -25,6 +25,8 @@ var imageCommands = map[string]*command{
 	"list":    {name: "list", summary: "list the images in the store", run: imageListCmd},
 	"inspect": {name: "inspect", summary: "print what an image is and how it was made (JSON)", run: imageInspect},
 	"rm":      {name: "rm", summary: "remove images from the store", run: imageRemove},
+	"export":  {name: "export", summary: "write an image to one file, to copy to another machine", run: imageExport},
+	"import":  {name: "import", summary: "put an exported image into the store (no root needed)", run: imageImport},
 }
 
 func imageMain(args []string) int { return subcommand("image", imageCommands, imageUsage, args) }
@@ -35,7 +37,8 @@ func imageUsage(w *os.File) {
 Images are read-only filesystems (erofs) that Python runs from inside the VM:
 stdlib (python3 and its standard library) and data (plus numpy, pandas and
 matplotlib) are built in; you can build your own on top of them. They live
-in $PYBOX_HOME/images; builds are cached in $PYBOX_CACHE/images.
+in $PYBOX_HOME/images; builds are cached in $PYBOX_CACHE/images. Export
+moves one to another machine as one file; import needs no root.
 
 commands:
 `)
@@ -257,8 +260,6 @@ An image the running VM has attached is not removed: stop the VM first.`)
 	return status
 }
 
-// storeImages resolves `pybox vm start --images` names through the store,
-// verifying each file's digest and erofs superblock.
 // storeImages resolves `pybox vm start --images` through the image store,
 // checking each file's superblock and sha256; no names means the built-in
 // images that are built.
@@ -276,8 +277,92 @@ func storeImages(home string, names []string) ([]vm.Image, error) {
 	out := make([]vm.Image, len(atts))
 	for i, a := range atts {
 		out[i] = vm.Image{Name: a.Name, Path: a.Path, Digest: a.Digest}
+		if a.Note != "" {
+			say("note: " + a.Note)
+		}
 	}
 	return out, nil
+}
+
+func imageExport(args []string) int {
+	fs := flags("image export", "NAME FILE", `
+Write image NAME of the store to FILE as one file that `+"`pybox image import`"+`
+reads on any machine: a plain tar of the image's meta.json and its erofs
+file. The image is checked against its digest on the way, so a damaged
+image is not exported. The same image always gives the same file. FILE
+is replaced once it is whole; it usually ends in `+image.ExportExt+`.`)
+	pos, code, err := parse(fs, args)
+	if err != nil {
+		return code
+	}
+	if len(pos) != 2 {
+		return usageError(fs, "image export takes NAME and FILE")
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	m, err := image.ExportFile(h, pos[0], pos[1])
+	if err != nil {
+		return fail("%v", err)
+	}
+	fmt.Printf("exported %s sha256 %s (%s) to %s\n", m.Name, m.Digest, mibs(m.Size), pos[1])
+	return exitOK
+}
+
+func imageImport(args []string) int {
+	fs := flags("image import", "FILE... [--name NAME] [--force]", `
+Put images exported with `+"`pybox image export`"+` into the store. Everything in
+a FILE is checked before the store changes: its format, the image's size,
+its erofs superblock and its sha256 against the digest in its meta.json;
+a damaged file is refused. The same image again changes nothing (and says
+so). A different image of the same name is replaced only with --force;
+the running VM keeps the image it has until it is restarted. Needs no
+root and no mmdebstrap: it writes only to $PYBOX_HOME/images.`)
+	name := fs.String("name", "", "store the image under this name instead of the one in FILE (one FILE only)")
+	force := fs.Bool("force", false, "replace a different image of the same name")
+	pos, code, err := parse(fs, args)
+	if err != nil {
+		return code
+	}
+	switch {
+	case len(pos) == 0:
+		return usageError(fs, "image import takes at least one FILE")
+	case len(pos) > 1 && *name != "":
+		return usageError(fs, "--name names the image of one FILE")
+	}
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	status := exitOK
+	for _, file := range pos {
+		res, err := image.ImportFile(h, file, image.ImportOptions{Name: *name, Force: *force})
+		if err != nil {
+			status = fail("%v", err)
+			continue
+		}
+		reportImport(res)
+	}
+	return status
+}
+
+func reportImport(res *image.Imported) {
+	for _, n := range res.Notes {
+		say(n)
+	}
+	m := res.Meta
+	switch {
+	case res.Already:
+		fmt.Printf("image %s sha256 %s is in the store already: nothing changed\n", m.Name, m.Digest)
+	case res.Replaced != "":
+		fmt.Printf("imported %s sha256 %s (%s), replacing sha256 %s\n", m.Name, m.Digest, mibs(m.Size), res.Replaced)
+	default:
+		fmt.Printf("imported %s sha256 %s (%s)\n", m.Name, m.Digest, mibs(m.Size))
+	}
+	if res.InUse {
+		say(fmt.Sprintf("the running VM still has the previous %s attached: restart it (`pybox vm stop`, then `pybox vm start`) to use this one", m.Name))
+	}
 }
 
 func mibs(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -27,12 +27,15 @@ func mcpMain(args []string) int {
 	if len(args) > 0 && args[0] == "config" {
 		return mcpConfig(args[1:])
 	}
-	fs := flags("mcp", "[--images LIST] [--max-timeout S]  |  pybox mcp config --help", `
+	fs := flags("mcp", "[--images LIST] [--max-timeout S] [--data NAMES] [--output-dir DIR]  |  pybox mcp config --help", `
 Serve the run_python tool over the Model Context Protocol on stdin and
 stdout, for an AI agent's MCP client to start. Every call runs in a fresh
 sealed box in the VM, which must be running (pybox vm start): this server
 never starts it and never runs code outside it. The options are the
-ceilings an agent may ask for; the tool's schema shows them. stdout carries
+ceilings an agent may ask for; the tool's schema shows them. With --data,
+an agent may name those data folders and its box sees them read-only at
+/data/NAME; with --output-dir, everything a program writes to /tmp/output
+is saved whole in DIR/RUN_ID/, never over an existing file. stdout carries
 protocol messages only; the server logs to stderr.
 
 `+"`pybox mcp config`"+` prints a ready-to-paste configuration for a client.`)
@@ -54,12 +57,23 @@ protocol messages only; the server logs to stderr.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop)
 	in, out := stdio()
-	logf("serving run_python (images %s, timeout at most %v s)", strings.Join(opts.Images, ","), opts.MaxTimeout)
+	logf("serving run_python (images %s, timeout at most %v s%s)", strings.Join(opts.Images, ","), opts.MaxTimeout, folderNote(opts))
 	if err := srv.Serve(ctx, &mcp.Transport{In: in, Out: out, Log: logf}); err != nil {
 		logf("the session ended: %v", err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+func folderNote(o mcp.Options) string {
+	var s string
+	if len(o.Data) > 0 {
+		s += ", data folders " + strings.Join(o.Data, ",")
+	}
+	if o.OutputDir != "" {
+		s += ", output saved in " + o.OutputDir
+	}
+	return s
 }
 
 // mcpOptions adds the server options (shared by `mcp` and `mcp config`)
@@ -68,6 +82,11 @@ protocol messages only; the server logs to stderr.
 func mcpOptions(fs *flag.FlagSet, args []string) (mcp.Options, int, bool) {
 	images := fs.String("images", mcp.DefaultImage, "images an agent may use, comma-separated: stdlib, data, or ones you built")
 	maxTimeout := fs.String("max-timeout", "2", "the longest run an agent may ask for, in seconds: more than 0, at most 30")
+	data := fs.String("data", "", "data folders an agent may ask for, comma-separated names the VM was started with (pybox vm start --data NAME=DIR)")
+	maxData := fs.Int64("max-data-bytes", mcp.DefaultMaxDataBytes, "the most the data folders of one call may hold together, in bytes")
+	outDir := fs.String("output-dir", "", "save everything a program writes to /tmp/output/ here, in a new directory per run (DIR/RUN_ID/)")
+	outDot := fs.Bool("output-dotfiles", false, "with --output-dir, also save files whose names start with a dot")
+	maxOut := fs.Int64("max-output-dir-bytes", mcp.DefaultMaxOutputDirBytes, "the most one run may save in --output-dir, in bytes (at most 64 MiB, a run's /tmp)")
 	pos, code, err := parse(fs, args)
 	if err != nil {
 		return mcp.Options{}, code, false
@@ -75,7 +94,12 @@ func mcpOptions(fs *flag.FlagSet, args []string) (mcp.Options, int, bool) {
 	if len(pos) > 0 {
 		return mcp.Options{}, usageError(fs, "unexpected argument %q", pos[0]), false
 	}
-	var o mcp.Options
+	o := mcp.Options{Data: mcp.ParseNames(*data), MaxDataBytes: *maxData, OutputDotfiles: *outDot, MaxOutputDirBytes: *maxOut}
+	if *outDir != "" {
+		if o.OutputDir, err = filepath.Abs(*outDir); err != nil {
+			return mcp.Options{}, usageError(fs, "--output-dir: %v", err), false
+		}
+	}
 	if o.Images, err = mcp.ParseImages(*images); err == nil {
 		o.MaxTimeout, err = mcp.ParseMaxTimeout(*maxTimeout)
 	}

@@ -11,11 +11,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/jpeg"
+	"image/png"
 	"io"
 	"os"
 	"os/exec"
@@ -138,6 +142,13 @@ type mcpResult struct {
 	Text      string
 	Doc       mcpDoc
 	Execution mcpExecution
+	Images    []mcpImage // the image blocks after the text, in order
+}
+
+// mcpImage is an image block, its data decoded.
+type mcpImage struct {
+	Data     []byte
+	MIMEType string
 }
 
 type mcpDoc struct {
@@ -183,6 +194,13 @@ type mcpExecution struct {
 	Cleanup struct {
 		Status string `json:"status"`
 	} `json:"cleanup"`
+	OutputFiles struct {
+		Returned []struct {
+			Name   string `json:"name"`
+			Bytes  int64  `json:"bytes"`
+			SHA256 string `json:"sha256"`
+		} `json:"returned"`
+	} `json:"output_files"`
 }
 
 // decodeResult reads a result from its text content, and checks that the
@@ -215,10 +233,44 @@ func goCall(t *testing.T, cs *sdk.ClientSession, args any) *mcpResult {
 	if err != nil {
 		t.Fatalf("tools/call: %v", err)
 	}
-	if len(res.Content) != 1 {
-		t.Fatalf("%d contents", len(res.Content))
+	if len(res.Content) == 0 {
+		t.Fatal("no content")
 	}
-	return decodeResult(t, res.Content[0].(*sdk.TextContent).Text, res.StructuredContent, res.IsError)
+	r := decodeResult(t, res.Content[0].(*sdk.TextContent).Text, res.StructuredContent, res.IsError)
+	for _, c := range res.Content[1:] {
+		im, ok := c.(*sdk.ImageContent)
+		if !ok {
+			t.Fatalf("a %T after the text", c)
+		}
+		r.Images = append(r.Images, mcpImage{im.Data, im.MIMEType})
+	}
+	return r
+}
+
+// wireContent is a result's content as JSON carries it.
+type wireContent struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Data     string `json:"data"`
+	MIMEType string `json:"mimeType"`
+}
+
+// readContent checks that a result's content is the text, then only
+// images, and returns the text and the images.
+func readContent(t *testing.T, content []wireContent) (string, []mcpImage) {
+	t.Helper()
+	if len(content) == 0 || content[0].Type != "text" {
+		t.Fatalf("content: %+v", content)
+	}
+	var images []mcpImage
+	for _, c := range content[1:] {
+		data, err := base64.StdEncoding.Strict().DecodeString(c.Data)
+		if c.Type != "image" || err != nil || c.Text != "" {
+			t.Fatalf("after the text: a %q block (%v)", c.Type, err)
+		}
+		images = append(images, mcpImage{data, c.MIMEType})
+	}
+	return content[0].Text, images
 }
 
 // rawMCP is `pybox mcp` spoken to by hand, one JSON line at a time.
@@ -235,8 +287,7 @@ type rawMCP struct {
 // writes is read (and queued) as it comes.
 func (e *vmEnv) rawClient(t *testing.T, read bool, args ...string) *rawMCP {
 	t.Helper()
-	cmd := exec.Command(e.bin, append([]string{"mcp"}, args...)...)
-	cmd.Env = e.env
+	cmd := e.command(append([]string{"mcp"}, args...)...)
 	r := &rawMCP{t: t, cmd: cmd, stderr: &syncBuffer{}, lines: make(chan []byte, 4096), done: make(chan error, 1)}
 	cmd.Stderr = r.stderr
 	stdin, err := cmd.StdinPipe()
@@ -359,21 +410,21 @@ func rawResult(t *testing.T, m *rawMessage) *mcpResult {
 		t.Fatalf("a JSON-RPC error where a tool result was expected: %s", m.Error.Message)
 	}
 	var res struct {
-		Content []struct {
-			Text string `json:"text"`
-		} `json:"content"`
+		Content           []wireContent   `json:"content"`
 		StructuredContent json.RawMessage `json:"structuredContent"`
 		IsError           bool            `json:"isError"`
 	}
-	if err := json.Unmarshal(m.Result, &res); err != nil || len(res.Content) != 1 {
+	if err := json.Unmarshal(m.Result, &res); err != nil {
 		t.Fatalf("%v: %.300s", err, m.line)
 	}
-	if res.Content[0].Text != string(res.StructuredContent) {
+	text, images := readContent(t, res.Content)
+	if text != string(res.StructuredContent) {
 		t.Fatal("the text content is not the structured JSON, byte for byte")
 	}
 	var structured any
 	json.Unmarshal(res.StructuredContent, &structured)
-	r := decodeResult(t, res.Content[0].Text, structured, res.IsError)
+	r := decodeResult(t, text, structured, res.IsError)
+	r.Images = images
 	if len(m.line) > 256<<10 {
 		t.Fatalf("a response line of %d bytes", len(m.line))
 	}
@@ -580,54 +631,67 @@ func TestMCPWithVM(t *testing.T) {
 		}
 	})
 
-	t.Run("go client: a CSV in, a PNG out (data image)", func(t *testing.T) {
+	t.Run("go client: a CSV in, a chart out as a file and an image (data image)", func(t *testing.T) {
 		needImage(t, e, "data")
 		cs, stderr := e.goClient(t, opts...)
 		// Under TCG a cold first import of pandas and pyplot can take most of
 		// the 30 s ceiling: read the image once first (its result does not
 		// matter, its cleanup does).
-		warm := goCall(t, cs, map[string]any{"code": "import pandas, matplotlib.pyplot", "image": "data", "timeout_s": 30})
+		warm := goCall(t, cs, map[string]any{"code": "import pandas, matplotlib.pyplot, PIL.Image", "image": "data", "timeout_s": 30})
 		if warm.Execution.Cleanup.Status != "REMOVED" {
 			t.Fatalf("warm-up: %s", warm.Text)
 		}
+		// One run for every picture check, since each data run costs
+		// seconds: a matplotlib chart; a JPEG and a WebP written by Pillow
+		// (matplotlib's own dependency); a text file named .png; and the
+		// chart cut in half, as a program killed mid-write leaves it.
 		code := `
 import pandas as pd, matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from PIL import Image
 df = pd.read_csv("/tmp/input/sales.csv")
 print(df["sales"].sum())
 df.plot(x="region", y="sales", kind="bar").get_figure().savefig("/tmp/output/chart.png")
 df.to_csv("/tmp/output/copy.csv", index=False)
+chart = open("/tmp/output/chart.png", "rb").read()
+open("/tmp/output/cut.png", "wb").write(chart[:len(chart) // 2])
+open("/tmp/output/fake.png", "w").write("this is text, not a picture\n")
+photo = Image.new("RGB", (64, 48))
+photo.putdata([(x * 4, y * 5, 128) for y in range(48) for x in range(64)])
+photo.save("/tmp/output/photo.jpg", quality=85)
+photo.save("/tmp/output/photo.webp")
 `
 		r := goCall(t, cs, map[string]any{"code": code, "image": "data", "timeout_s": 30, "return_files": true,
 			"files": []any{map[string]any{"name": "sales.csv", "content": "region,sales\nnorth,120\nsouth,80\n"}}})
 		if r.IsError || r.Execution.Capture.Stdout != "200\n" || r.Execution.Image.Name != "data" || r.Doc.Files == nil {
 			t.Fatalf("%.2000s\nstderr:\n%s", r.Text, stderr)
 		}
-		got := map[string]bool{}
-		for _, f := range *r.Doc.Files {
-			var b []byte
-			switch f.Encoding {
-			case "base64":
-				b, _ = base64.StdEncoding.DecodeString(*f.Content)
-			case "utf-8":
-				b = []byte(*f.Content)
-			}
-			sum := sha256.Sum256(b)
-			if hex.EncodeToString(sum[:]) != f.SHA256 || int64(len(b)) != f.Bytes {
-				t.Errorf("%s: sha256 or size does not match its content", f.Name)
-			}
-			got[f.Name] = true
-			if f.Name == "chart.png" && (f.Encoding != "base64" || !bytes.HasPrefix(b, []byte("\x89PNG"))) {
-				t.Errorf("chart.png came as %s", f.Encoding)
-			}
-			if f.Name == "copy.csv" && (f.Encoding != "utf-8" || string(b) != "region,sales\nnorth,120\nsouth,80\n") {
-				t.Errorf("copy.csv: %q", b)
+		files := returnedFiles(t, r)
+		if !bytes.HasPrefix(files["chart.png"], []byte("\x89PNG")) || string(files["copy.csv"]) != "region,sales\nnorth,120\nsouth,80\n" {
+			t.Fatalf("chart.png %.8q, copy.csv %q", files["chart.png"], files["copy.csv"])
+		}
+		// The pictures follow the text in the files' order; cut.png and
+		// fake.png are not among them.
+		want := []struct{ name, mime string }{{"chart.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"photo.webp", "image/webp"}}
+		if len(r.Images) != len(want) {
+			t.Fatalf("%d images; want chart.png, photo.jpg, photo.webp; delivery %q", len(r.Images), r.Doc.Delivery.What)
+		}
+		for i, w := range want {
+			im := r.Images[i]
+			if im.MIMEType != w.mime || !bytes.Equal(im.Data, files[w.name]) {
+				t.Errorf("image %d: %s of %d bytes; want %s, the %d bytes of %s", i, im.MIMEType, len(im.Data), w.mime, len(files[w.name]), w.name)
 			}
 		}
-		if !got["chart.png"] || !got["copy.csv"] {
-			t.Errorf("files: %v", got)
+		chartSum := sha256.Sum256(r.Images[0].Data)
+		if receipted := receiptSHA256(r, "chart.png"); receipted != hex.EncodeToString(chartSum[:]) {
+			t.Errorf("the chart's image has sha256 %x; the receipt says %q", chartSum, receipted)
 		}
+		what := strings.Join(r.Doc.Delivery.What, "\n")
+		if !strings.Contains(what, "cut.png is not shown as an image (PNG: ") || strings.Contains(what, "fake.png") {
+			t.Errorf("delivery: %q", r.Doc.Delivery.What)
+		}
+		t.Logf("chart %d bytes, photo.jpg %d, photo.webp %d; delivery %q", len(files["chart.png"]), len(files["photo.jpg"]), len(files["photo.webp"]), r.Doc.Delivery.What)
 	})
 
 	// What agents write today: the data image holds current releases
@@ -750,6 +814,38 @@ for i in range(6):
 		t.Logf("delivery: %+v", res.Doc.Delivery)
 	})
 
+	t.Run("three charts that together pass the response limit", func(t *testing.T) {
+		r := e.rawClient(t, true, opts...)
+		r.initialize()
+		// Three pictures of noise (they do not compress) of about 14 KB,
+		// within the 48 KiB content cap, and 8 KiB of a byte that JSON
+		// escapes to six on stdout: the result fits whole as files and text,
+		// but not with all three as images too.
+		var files []string
+		for i := range 3 {
+			files = append(files, fmt.Sprintf(`{"name":"chart%d.png","content":"%s","encoding":"base64"}`, i, base64.StdEncoding.EncodeToString(noisePNG(t, 68, 68+i))))
+		}
+		code := "import os, shutil, sys\nfor n in os.listdir('/tmp/input'): shutil.copy('/tmp/input/' + n, '/tmp/output/' + n)\nsys.stdout.write('\\x01' * 8192)"
+		r.send(callLine(5, pyArgs(code, `,"max_output_bytes":8192,"return_files":true,"files":[`+strings.Join(files, ",")+`]`)))
+		res := rawResult(t, r.reply("5", 60*time.Second))
+		if res.IsError || len(res.Execution.Capture.Stdout) != 8192 || len(returnedFiles(t, res)) != 3 {
+			t.Fatalf("%+v\n%.500s", res.Doc.Delivery, res.Text)
+		}
+		if len(res.Images) == 0 || len(res.Images) == 3 {
+			t.Fatalf("%d of 3 charts shown as images; delivery %q", len(res.Images), res.Doc.Delivery.What)
+		}
+		left := 0
+		for _, w := range res.Doc.Delivery.What {
+			if strings.HasSuffix(w, " is not shown as an image (to fit the 256 KiB response limit); it is returned as a file") {
+				left++
+			}
+		}
+		if !res.Doc.Delivery.Trimmed || left+len(res.Images) != 3 {
+			t.Fatalf("%d images, delivery %+v", len(res.Images), res.Doc.Delivery)
+		}
+		t.Logf("response %d bytes, %d of 3 charts as images; delivery %q", res.Doc.Delivery.ResponseBytes, len(res.Images), res.Doc.Delivery.What)
+	})
+
 	t.Run("a client that stops reading a large result", func(t *testing.T) {
 		r := e.rawClient(t, false, opts...)
 		r.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
@@ -760,11 +856,14 @@ for i in range(6):
 	})
 
 	t.Run("typescript client", func(t *testing.T) {
+		chart, photo := noisePNG(t, 40, 30), grayJPEG(t)
 		out := tsClient(t, e, opts, []map[string]any{
 			{"op": "list"},
 			{"op": "call", "args": map[string]any{"code": "import os\nprint(open('/tmp/input/in.txt').read())\nopen('/tmp/output/out.bin','wb').write(bytes([0, 255, 1, 254]))",
 				"files": []any{map[string]any{"name": "in.txt", "content": "aGVsbG8=", "encoding": "base64"}}, "return_files": true}},
 			{"op": "call", "args": map[string]any{"code": "print(1)", "shell": true}},
+			{"op": "call", "args": picturesArgs(t, chart, photo, true)},
+			{"op": "call", "args": picturesArgs(t, chart, photo, false)},
 		})
 		if out.ProtocolVersion != "2025-11-25" {
 			t.Errorf("negotiated %q", out.ProtocolVersion)
@@ -789,6 +888,24 @@ for i in range(6):
 		refused := tsResult(t, out.Results[2])
 		if !refused.IsError || refused.Doc.Error.Code != "invalid_arguments" || refused.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
 			t.Errorf("refused: %s", refused.Text)
+		}
+		// The pictures come back as images too, in the files' order; the
+		// text named .png does not.
+		pics := tsResult(t, out.Results[3])
+		files := returnedFiles(t, pics)
+		if pics.IsError || len(files) != 3 || len(pics.Images) != 2 || pics.Doc.Delivery.Trimmed {
+			t.Fatalf("%d files, %d images: %.1000s", len(files), len(pics.Images), pics.Text)
+		}
+		for i, w := range []struct {
+			name, mime string
+			b          []byte
+		}{{"chart.png", "image/png", chart}, {"photo.jpg", "image/jpeg", photo}} {
+			if im := pics.Images[i]; im.MIMEType != w.mime || !bytes.Equal(im.Data, w.b) || !bytes.Equal(files[w.name], w.b) {
+				t.Errorf("image %d: %s of %d bytes; want %s as sent", i, im.MIMEType, len(im.Data), w.name)
+			}
+		}
+		if none := tsResult(t, out.Results[4]); none.IsError || len(none.Images) != 0 || none.Doc.Files != nil {
+			t.Errorf("return_files false: %d images: %.500s", len(none.Images), none.Text)
 		}
 	})
 }
@@ -825,17 +942,90 @@ func tsClient(t *testing.T, e *vmEnv, opts []string, steps []map[string]any) *ts
 func tsResult(t *testing.T, raw json.RawMessage) *mcpResult {
 	t.Helper()
 	var res struct {
-		Content []struct {
-			Text string `json:"text"`
-		} `json:"content"`
-		StructuredContent any    `json:"structuredContent"`
-		IsError           bool   `json:"isError"`
-		Thrown            string `json:"thrown"`
+		Content           []wireContent `json:"content"`
+		StructuredContent any           `json:"structuredContent"`
+		IsError           bool          `json:"isError"`
+		Thrown            string        `json:"thrown"`
 	}
-	if err := json.Unmarshal(raw, &res); err != nil || res.Thrown != "" || len(res.Content) != 1 {
+	if err := json.Unmarshal(raw, &res); err != nil || res.Thrown != "" {
 		t.Fatalf("%v %s", err, raw)
 	}
-	return decodeResult(t, res.Content[0].Text, res.StructuredContent, res.IsError)
+	text, images := readContent(t, res.Content)
+	r := decodeResult(t, text, res.StructuredContent, res.IsError)
+	r.Images = images
+	return r
+}
+
+// noisePNG is a w×h PNG of random pixels: about 3·w·h bytes, since noise
+// does not compress.
+func noisePNG(t *testing.T, w, h int) []byte {
+	m := image.NewNRGBA(image.Rect(0, 0, w, h))
+	rand.Read(m.Pix)
+	for i := 3; i < len(m.Pix); i += 4 {
+		m.Pix[i] = 255
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func grayJPEG(t *testing.T) []byte {
+	m := image.NewGray(image.Rect(0, 0, 32, 24))
+	for i := range m.Pix {
+		m.Pix[i] = byte(i)
+	}
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// picturesArgs is a stdlib run that copies a PNG and a JPEG, sent as
+// input files, to /tmp/output, and writes a text file named .png.
+func picturesArgs(t *testing.T, png, jpeg []byte, returnFiles bool) map[string]any {
+	code := "import os, shutil\nfor n in os.listdir('/tmp/input'): shutil.copy('/tmp/input/' + n, '/tmp/output/' + n)\nopen('/tmp/output/notes.png', 'w').write('text, named .png')"
+	return map[string]any{"code": code, "return_files": returnFiles, "files": []any{
+		map[string]any{"name": "chart.png", "content": base64.StdEncoding.EncodeToString(png), "encoding": "base64"},
+		map[string]any{"name": "photo.jpg", "content": base64.StdEncoding.EncodeToString(jpeg), "encoding": "base64"},
+	}}
+}
+
+// returnedFiles decodes a result's files, checking each against its size
+// and sha256, and against the receipt.
+func returnedFiles(t *testing.T, r *mcpResult) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	for _, f := range *r.Doc.Files {
+		if f.Content == nil {
+			t.Fatalf("%s came without content", f.Name)
+		}
+		b := []byte(*f.Content)
+		if f.Encoding == "base64" {
+			var err error
+			if b, err = base64.StdEncoding.Strict().DecodeString(*f.Content); err != nil {
+				t.Fatalf("%s: %v", f.Name, err)
+			}
+		}
+		sum := sha256.Sum256(b)
+		if hex.EncodeToString(sum[:]) != f.SHA256 || int64(len(b)) != f.Bytes || receiptSHA256(r, f.Name) != f.SHA256 {
+			t.Errorf("%s: sha256 or size does not match its content or the receipt", f.Name)
+		}
+		out[f.Name] = b
+	}
+	return out
+}
+
+// receiptSHA256 is the sha256 the receipt gives a returned file.
+func receiptSHA256(r *mcpResult, name string) string {
+	for _, f := range r.Execution.OutputFiles.Returned {
+		if f.Name == name {
+			return f.SHA256
+		}
+	}
+	return ""
 }
 
 // The cost of the MCP layer: a trivial run through `pybox mcp` (the Go

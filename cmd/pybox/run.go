@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,11 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"pybox/host/client"
+	"pybox/host/escape"
+	"pybox/host/outdir"
 	"pybox/shared/wire"
 )
 
@@ -31,9 +34,11 @@ func (f *inputFiles) Set(v string) error { *f = append(*f, v); return nil }
 
 // runArgs is a parsed `pybox run` command line.
 type runArgs struct {
-	run    wire.Run
-	out    string
-	asJSON bool
+	run      wire.Run
+	out      string
+	dotfiles bool // --out-dotfiles: write returned names that start with a dot
+	asJSON   bool
+	raw      bool // --raw: the program's output as it is, even on a terminal
 }
 
 func runMain(args []string) int {
@@ -58,14 +63,23 @@ func runMain(args []string) int {
 	// Ctrl-C cancels the run in the guest; the receipt still comes back.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := c.Run(ctx, &ra.run)
+	var out *outdir.Dir
+	var take func(*wire.OutputChunk)
+	if ra.out != "" {
+		out = outdir.New(ra.out, ra.run.RunID, outdir.Options{Dotfiles: ra.dotfiles})
+		take = out.Chunk
+	}
+	res, err := c.RunDeliver(ctx, &ra.run, take)
+	if err != nil && out != nil {
+		out.Abort()
+	}
 	var we *wire.Error
 	if errors.As(err, &we) {
 		return runFailed(ra, we)
 	} else if err != nil {
 		return runFailed(ra, &wire.Error{Code: wire.ErrInternal, Message: err.Error(), Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}})
 	}
-	return runDone(ra, res)
+	return runDone(ra, res, out)
 }
 
 // parseRun turns the command line into a checked run request.
@@ -74,18 +88,24 @@ func parseRun(args []string) (*runArgs, int, bool) {
 Run one Python program (a file, or - for stdin) in a fresh sealed box in
 the VM, print its stdout and stderr, and a short summary of the receipt on
 stderr. Files given with --file appear in /tmp/input/; with --out, what the
-program writes to /tmp/output/ is written into DIR (plain names only,
-never outside DIR). Exit status 0 only when the program succeeded and its
-box was removed (cleanup REMOVED). The VM must be running (pybox vm start);
-code never runs outside it.`)
+program writes to /tmp/output/ is written into a new directory DIR/RUN_ID/
+(plain names only, never outside it, nothing overwritten; names starting
+with a dot only with --out-dotfiles). On a terminal, control characters in
+the program's output (escape sequences that could act on the terminal) are
+shown escaped, as \x1b or \u{202e}; --raw passes them through. Exit status
+0 only when the program succeeded and its box was removed (cleanup
+REMOVED). The VM must be running (pybox vm start); code never runs outside
+it.`)
 	ra := &runArgs{}
 	image := fs.String("image", "stdlib", "the image to run in")
 	timeout := fs.Float64("timeout", wire.DefaultTimeoutSeconds, "wall timeout in seconds (at most 30)")
 	maxOut := fs.Int("max-output-bytes", wire.DefaultOutputBytes, "bytes kept of each of stdout and stderr (1–8192)")
 	var files inputFiles
 	fs.Var(&files, "file", "put this file in /tmp/input/ (repeatable)")
-	fs.StringVar(&ra.out, "out", "", "write returned files from /tmp/output/ into this directory")
+	fs.StringVar(&ra.out, "out", "", "write returned files from /tmp/output/ into a new directory DIR/RUN_ID/")
+	fs.BoolVar(&ra.dotfiles, "out-dotfiles", false, "with --out, also write returned files whose names start with a dot")
 	fs.BoolVar(&ra.asJSON, "json", false, "print the whole result (receipt and files) as JSON")
+	fs.BoolVar(&ra.raw, "raw", false, "print the program's output as it is, control characters included, even on a terminal")
 	pos, code, err := parse(fs, args)
 	if err != nil {
 		return nil, code, false
@@ -99,6 +119,10 @@ code never runs outside it.`)
 	}
 	ra.run = wire.Run{RunID: newRunID(), Code: code2, Image: *image, TimeoutSeconds: *timeout,
 		MaxOutputBytes: *maxOut, ReturnFiles: ra.out != ""}
+	if ra.out != "" {
+		// --out gets every file whole, not only what fits in a result.
+		ra.run.Deliver = &wire.Deliver{MaxBytes: wire.DefaultTmpBytes}
+	}
 	for _, p := range files {
 		b, err := readLimited(p, wire.MaxInputBytes)
 		if err != nil {
@@ -159,29 +183,37 @@ func runFailed(ra *runArgs, e *wire.Error) int {
 	if ra.asJSON {
 		printJSON(map[string]any{"run_id": ra.run.RunID, "error": e})
 	}
-	fmt.Fprintf(os.Stderr, "pybox: run %s failed: %s (cleanup %s)\n", ra.run.RunID, e.Message, cleanup)
+	fmt.Fprintf(os.Stderr, "pybox: run %s failed: %s (cleanup %s)\n", ra.run.RunID, escape.Line(e.Message), escape.Line(cleanup))
 	return exitFailure
 }
 
 // runDone prints a result, writes its files, and says whether it counts as
 // a success.
-func runDone(ra *runArgs, res *wire.Result) int {
+func runDone(ra *runArgs, res *wire.Result, out *outdir.Dir) int {
 	rc := &res.Receipt
+	escape.MarkCapture(&rc.Capture)
 	if ra.asJSON {
 		printJSON(res)
 	} else {
-		os.Stdout.WriteString(rc.Capture.StdoutText)
-		os.Stderr.WriteString(rc.Capture.StderrText)
+		writeProgramOutput(os.Stdout, rc.Capture.StdoutText, ra.raw)
+		writeProgramOutput(os.Stderr, rc.Capture.StderrText, ra.raw)
 		if rc.Capture.StderrText != "" && !strings.HasSuffix(rc.Capture.StderrText, "\n") {
 			os.Stderr.WriteString("\n")
 		}
 	}
 	var notes []string
-	if ra.out != "" {
-		notes = writeOutputs(ra.out, res)
+	if out != nil {
+		saved, not := out.Finish(res.Receipt.Output.Delivered)
+		for _, f := range saved {
+			notes = append(notes, fmt.Sprintf("wrote %s (%s)", f.Path, size(f.Bytes)))
+		}
+		notes = append(notes, not...)
 	}
+	// Every line of the summary is escaped, whatever --raw says: its
+	// strings come from the guest, and a fake summary line printed by
+	// the program must not be mistaken for this one.
 	for _, l := range append(summary(rc), notes...) {
-		fmt.Fprintln(os.Stderr, "pybox: "+l)
+		fmt.Fprintln(os.Stderr, "pybox: "+escape.Line(l))
 	}
 	if rc.Status == wire.StatusOK && rc.Cleanup.Status == wire.CleanupRemoved {
 		return exitOK
@@ -189,10 +221,32 @@ func runDone(ra *runArgs, res *wire.Result) int {
 	return exitFailure
 }
 
+// writeProgramOutput writes what the program printed to f: as it is
+// with --raw or when f is not a terminal (a file or a pipe gets the
+// bytes), else with its controls escaped so that none acts on the
+// terminal.
+func writeProgramOutput(f *os.File, text string, raw bool) {
+	if !raw && isTerminal(f) {
+		text = escape.Terminal(text)
+	}
+	f.WriteString(text)
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), ioctlGetTermios)
+	return err == nil
+}
+
+// printJSON prints v as indented JSON with no C1 control or bidirectional
+// formatting character left raw (escape.JSON; Go escapes C0 itself).
 func printJSON(v any) {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	os.Stdout.Write(append(escape.JSON(b), '\n'))
 }
 
 // summary is the receipt in a few lines for people.
@@ -228,6 +282,9 @@ func summary(rc *wire.Receipt) []string {
 			lines = append(lines, fmt.Sprintf("%s truncated: kept %d of %d bytes", s.name, s.st.KeptBytes, s.st.Bytes))
 		}
 	}
+	for _, o := range rc.Overruns {
+		lines = append(lines, "overran: "+o)
+	}
 	if rc.Pids.LimitHit > 0 {
 		lines = append(lines, fmt.Sprintf("process limit %d reached: %d forks refused", rc.Pids.Max, rc.Pids.LimitHit))
 	}
@@ -238,54 +295,6 @@ func summary(rc *wire.Receipt) []string {
 		lines = append(lines, fmt.Sprintf("not returned: %d more files not listed", rc.Output.NotListed))
 	}
 	return lines
-}
-
-// writeOutputs writes the returned files into dir and returns what it did.
-// Names come from the guest: each must be a plain file name, checked
-// against the receipt's digest, and written through an os.Root so that
-// nothing lands outside dir (no "..", no separators, no following a link
-// out of it).
-func writeOutputs(dir string, res *wire.Result) []string {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return []string{"--out: " + err.Error()}
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return []string{"--out: " + err.Error()}
-	}
-	defer root.Close()
-	digests := map[string]string{}
-	for _, f := range res.Receipt.Output.Returned {
-		digests[f.Name] = f.SHA256
-	}
-	var notes []string
-	for _, f := range res.Files {
-		if err := writeOutput(root, f, digests); err != nil {
-			notes = append(notes, fmt.Sprintf("not written: %s: %v", wire.EscapeName(f.Name), err))
-			continue
-		}
-		notes = append(notes, fmt.Sprintf("wrote %s (%s)", filepath.Join(dir, f.Name), size(int64(len(f.Content)))))
-	}
-	return notes
-}
-
-func writeOutput(root *os.Root, f wire.OutputFile, digests map[string]string) error {
-	if err := wire.CheckFileName(f.Name); err != nil {
-		return err
-	}
-	sum := sha256.Sum256(f.Content)
-	if want, ok := digests[f.Name]; !ok || want != hex.EncodeToString(sum[:]) {
-		return errors.New("its content does not match the receipt's sha256")
-	}
-	w, err := root.OpenFile(f.Name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := w.Write(f.Content); err != nil {
-		w.Close()
-		return err
-	}
-	return w.Close()
 }
 
 func size(n int64) string {

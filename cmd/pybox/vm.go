@@ -13,7 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"pybox/host/escape"
+	"pybox/host/guestfiles"
 	"pybox/host/paths"
+	"pybox/host/service"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
 	"pybox/shared/wire"
@@ -46,6 +49,30 @@ func vmUsage(w *os.File) {
 
 func home() (string, error) { return paths.Home() }
 
+// dataFolders collects --data NAME=DIR flags.
+type dataFolders []vm.DataShare
+
+func (f *dataFolders) String() string { return "" }
+
+func (f *dataFolders) Set(v string) error {
+	name, dir, ok := strings.Cut(v, "=")
+	if !ok || name == "" || dir == "" {
+		return errors.New("want NAME=DIR")
+	}
+	if err := wire.CheckDataName(name); err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", abs)
+	}
+	*f = append(*f, vm.DataShare{Name: name, Folder: abs})
+	return nil
+}
+
 // imageFiles collects --image-file NAME=PATH flags.
 type imageFiles []vm.Image
 
@@ -70,17 +97,30 @@ Boot the VM in the background and return once its guest agent has said
 hello, printing the accelerator, the boot time and the agent's version.
 With --accel auto, KVM is tried first where /dev/kvm opens; a KVM that does
 not boot within 6 s is stopped, remembered for this host boot, and TCG is
-used instead. If the VM runs already, this says so and changes nothing.`)
+used instead. If the VM runs already, this says so and changes nothing.
+With --data NAME=DIR, the VM gets a read-only copy of the host folder DIR
+as data folder NAME, brought up to date before each run that names it;
+a box sees it at /data/NAME, and only when its call asks for it.
+
+With --foreground it stays until the VM is gone, for a service manager
+(`+"`pybox vm service`"+` writes the files): it tells systemd when the VM is up
+($NOTIFY_SOCKET), powers the VM off cleanly on SIGTERM, and exits 0 when
+the VM was asked to stop (this way or by `+"`pybox vm stop`"+`) and 1 when it
+ended by itself, so the manager restarts only a VM that failed.`)
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
-	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else build/x86_64/bzImage beside this pybox)")
-	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else build/x86_64/initramfs.cpio beside this pybox)")
+	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else ../lib/pybox/ARCH/ beside this pybox's real path, else ../build/ARCH/; `pybox version` shows which)")
+	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else as for --kernel)")
 	images := fs.String("images", "", "images to attach, by name from the image store (comma-separated; default: the built-in images that are built)")
 	var files imageFiles
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
 	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
+	var data dataFolders
+	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (NAME=DIR, repeatable); `pybox mcp --data` says which an agent may use")
+	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
+	foreground := fs.Bool("foreground", false, "stay until the VM is gone, for a service manager (see above)")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
 	} else if len(pos) > 0 {
@@ -90,12 +130,18 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	if err != nil {
 		return fail("%v", err)
 	}
-	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel}
-	if cfg.Kernel, cfg.Initramfs, err = guestArtifacts(*kernel, *initramfs); err != nil {
+	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox}
+	gf, err := guestfiles.Find(*kernel, *initramfs)
+	if err != nil {
 		return fail("%v", err)
 	}
+	cfg.Kernel, cfg.Initramfs = gf.Kernel.Path, gf.Initramfs.Path
 	if cfg.Images, err = startImages(h, *images, files); err != nil {
 		return fail("%v", err)
+	}
+	for _, d := range data {
+		d.Mirror = paths.ForVM(h).DataMirror(d.Name)
+		cfg.Data = append(cfg.Data, d)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -103,32 +149,86 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := supervisor.Start(ctx, supervisor.StartOptions{
-		Home: h, Accel: *accel, VM: cfg, Command: []string{exe, "vm", supervisorCommand}, Say: say,
-	})
-	var se *supervisor.StartError
-	switch {
-	case errors.Is(err, supervisor.ErrRunning):
-		fmt.Printf("the VM is already running%s; nothing changed (stop it first with `pybox vm stop` to start it with other settings)\n", describeRunning(st))
-		return exitOK
-	case errors.As(err, &se):
-		fmt.Fprintf(os.Stderr, "pybox: %v\n", se)
-		if len(se.ConsoleTail) > 0 {
-			fmt.Fprintf(os.Stderr, "--- last %d lines of the console log (%s) ---\n", len(se.ConsoleTail), se.Log)
-			for _, l := range se.ConsoleTail {
-				fmt.Fprintln(os.Stderr, l)
+	opts := supervisor.StartOptions{Home: h, Accel: *accel, VM: cfg, Command: []string{exe, "vm", supervisorCommand}, Say: say}
+	if *foreground {
+		code, err := supervisor.Foreground(ctx, opts, stopLimit, func(st *supervisor.State) {
+			announce(st, gf)
+			if err := service.Notify("READY=1"); err != nil {
+				say(err.Error())
 			}
-			fmt.Fprintln(os.Stderr, "---")
+		})
+		if errors.Is(err, supervisor.ErrRunning) {
+			st, _ := supervisor.ReadState(paths.ForVM(h))
+			return fail("the VM is already running%s, started outside this service: stop it with `pybox vm stop`, then start the service again",
+				describeRunning(st))
 		}
-		fmt.Fprintln(os.Stderr, "pybox: nothing is left running")
-		return exitFailure
-	case err != nil:
+		if err != nil {
+			return startFailed(err)
+		}
+		return code
+	}
+	st, err := supervisor.Start(ctx, opts)
+	if errors.Is(err, supervisor.ErrRunning) {
+		fmt.Printf("the VM is already running%s; nothing changed (stop it first with `pybox vm stop` to start it with other settings)\n", describeRunning(st))
+		warnAgentVersion(st, gf)
+		return exitOK
+	}
+	if err != nil {
+		return startFailed(err)
+	}
+	announce(st, gf)
+	return exitOK
+}
+
+// announce says that the VM runs, and how.
+func announce(st *supervisor.State, gf *guestfiles.Files) {
+	// The agent's version, kernel and image names come from the guest's
+	// hello: shown escaped.
+	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
+		st.Accel, st.Machine, float64(st.BootMS)/1000, escape.Line(st.AgentVersion), escape.Line(st.AgentCommit),
+		escape.Line(st.GuestKernel), escape.Line(imageList(st.GuestImages)))
+	warnUnsealable(st)
+	if st.Sandbox != vm.SandboxQEMU && st.Accel != "vz" {
+		fmt.Fprintf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
+	}
+	warnAgentVersion(st, gf)
+}
+
+// startFailed reports a start that failed, with the end of the console
+// log when there is one.
+func startFailed(err error) int {
+	var se *supervisor.StartError
+	if !errors.As(err, &se) {
 		return fail("%v", err)
 	}
-	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
-		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
-	warnUnsealable(st)
-	return exitOK
+	fmt.Fprintf(os.Stderr, "pybox: %v\n", se)
+	if len(se.ConsoleTail) > 0 {
+		fmt.Fprintf(os.Stderr, "--- last %d lines of the console log (%s) ---\n", len(se.ConsoleTail), se.Log)
+		for _, l := range se.ConsoleTail {
+			fmt.Fprintln(os.Stderr, l)
+		}
+		fmt.Fprintln(os.Stderr, "---")
+	}
+	fmt.Fprintln(os.Stderr, "pybox: nothing is left running")
+	return exitFailure
+}
+
+// warnAgentVersion says so when the running VM's guest agent is not the
+// one in the guest files this pybox would boot now, as after an upgrade:
+// the VM keeps its agent until it is restarted. The guest files' manifest
+// says which agent they hold; without one there is nothing to compare.
+func warnAgentVersion(st *supervisor.State, gf *guestfiles.Files) {
+	if st == nil || gf == nil || st.AgentVersion == "" || slices.Contains(st.Capabilities, wire.CapUnsealable) {
+		return
+	}
+	r, err := gf.Check()
+	if err != nil || r.AgentVersion == "" || r.AgentVersion == st.AgentVersion {
+		return
+	}
+	// The running agent's version comes from the guest's hello: escaped.
+	fmt.Fprintf(os.Stderr, "pybox: warning: the running VM's guest agent is %s, but the guest files this pybox boots (%s) hold %s: "+
+		"restart the VM to use them: `pybox vm stop`, then `pybox vm start` (or `systemctl --user restart pybox` where the user service runs it)\n",
+		escape.Line(st.AgentVersion), filepath.Dir(r.Initramfs.Path), r.AgentVersion)
 }
 
 // warnUnsealable says so when the VM runs the benchmark build of the
@@ -136,7 +236,7 @@ used instead. If the VM runs already, this says so and changes nothing.`)
 func warnUnsealable(st *supervisor.State) {
 	if st != nil && slices.Contains(st.Capabilities, wire.CapUnsealable) {
 		fmt.Fprintf(os.Stderr, "pybox: warning: this is the benchmark build of the guest agent (%s), whose boxes can be unsealed; "+
-			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", st.AgentVersion)
+			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", escape.Line(st.AgentVersion))
 	}
 }
 
@@ -146,34 +246,6 @@ func describeRunning(st *supervisor.State) string {
 	}
 	return fmt.Sprintf(" (%s, accel %s, supervisor pid %d, up %s)", st.Phase, orDash(st.Accel), st.SupervisorPid,
 		time.Since(st.StartedAt).Round(time.Second))
-}
-
-// guestArtifacts finds the kernel and initramfs: flags, then environment,
-// then build/x86_64/ beside the directory holding this executable.
-func guestArtifacts(kernel, initramfs string) (string, string, error) {
-	dir := ""
-	if exe, err := os.Executable(); err == nil {
-		if exe, err = filepath.EvalSymlinks(exe); err == nil {
-			dir = filepath.Join(filepath.Dir(exe), "..", "build", "x86_64")
-		}
-	}
-	pick := func(flagValue, env, name string) (string, error) {
-		switch {
-		case flagValue != "":
-			return filepath.Abs(flagValue)
-		case os.Getenv(env) != "":
-			return filepath.Abs(os.Getenv(env))
-		case dir != "":
-			return filepath.Clean(filepath.Join(dir, name)), nil
-		}
-		return "", fmt.Errorf("no %s: set %s or pass a flag", name, env)
-	}
-	k, err := pick(kernel, "PYBOX_KERNEL", "bzImage")
-	if err != nil {
-		return "", "", err
-	}
-	i, err := pick(initramfs, "PYBOX_INITRAMFS", "initramfs.cpio")
-	return k, i, err
 }
 
 // startImages resolves --images and --image-file into images with digests.
@@ -281,18 +353,20 @@ func printStatus(s *supervisor.Status) {
 		return
 	}
 	fmt.Printf("the VM is %s\n", st.Phase)
-	row := func(k, v string) { fmt.Printf("  %-15s %s\n", k+":", v) }
+	// Every value may hold what the guest said: each is escaped.
+	row := func(k, v string) { fmt.Printf("  %-15s %s\n", k+":", escape.Line(v)) }
 	row("supervisor pid", fmt.Sprint(st.SupervisorPid))
 	if st.QEMUPid != 0 {
 		row("qemu pid", fmt.Sprint(st.QEMUPid))
 	}
 	if st.Accel != "" {
 		row("accel", fmt.Sprintf("%s (%s, %s channel)", st.Accel, st.Machine, st.Channel))
+		row("vm sandbox", st.Sandbox)
 		row("boot", fmt.Sprintf("%.1f s", float64(st.BootMS)/1000))
 	}
 	row("uptime", (time.Duration(s.UptimeS) * time.Second).String())
 	if st.AgentVersion != "" {
-		agent := fmt.Sprintf("%s (%s)", st.AgentVersion, st.AgentCommit)
+		agent := fmt.Sprintf("%s (%s)", escape.Line(st.AgentVersion), escape.Line(st.AgentCommit))
 		if s.Agent != "" {
 			agent += ", " + s.Agent
 			if s.PingMS > 0 {
@@ -301,7 +375,28 @@ func printStatus(s *supervisor.Status) {
 		}
 		row("agent", agent)
 		warnUnsealable(st)
-		row("guest kernel", st.GuestKernel)
+		if gf, err := guestfiles.Find("", ""); err == nil {
+			warnAgentVersion(st, gf)
+		}
+		row("guest kernel", escape.Line(st.GuestKernel))
+	}
+	if st.Health != "" {
+		row("health", supervisor.Printable(st.Health))
+	}
+	if g := s.Guest; g != nil {
+		if g.Health != "" && g.Health != "healthy" {
+			row("guest health", supervisor.Printable(g.Health))
+		}
+		if p := g.Run; p != nil {
+			row("running", fmt.Sprintf("%s (image %s): %s for %.1f s, %.1f s of its bound of %.0f s",
+				supervisor.Printable(p.RunID), supervisor.Printable(p.Image), supervisor.Printable(p.Phase),
+				float64(p.PhaseMS)/1000, float64(p.RunMS)/1000, float64(p.BoundMS)/1000))
+		} else {
+			row("running", "nothing")
+		}
+	}
+	for _, r := range st.Restarts {
+		row("restarted", fmt.Sprintf("%s: %s", r.At.Format(time.RFC3339), supervisor.Printable(r.Reason)))
 	}
 	row("kernel", st.Kernel)
 	row("initramfs", st.Initramfs)
@@ -309,6 +404,9 @@ func printStatus(s *supervisor.Status) {
 	row("images", imageList(st.Images))
 	for _, im := range st.Images {
 		fmt.Printf("    %s: %s sha256:%s\n", im.Name, im.Path, im.Digest)
+	}
+	for _, d := range st.Data {
+		row("data folder", d.Name+": "+d.Folder+" (read-only)")
 	}
 }
 

@@ -31,16 +31,23 @@ const (
 // Runner runs one program in a fresh box; *box.Box is the real one.
 type Runner interface {
 	// Run runs r and returns its result; a cancelled ctx ends the run
-	// with status cancelled. It is never called twice at once.
-	Run(ctx context.Context, r *wire.Run) *wire.Result
+	// with status cancelled. It is never called twice at once. A run
+	// that asks for delivery has its output files streamed through emit.
+	Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result
 	// Healthy is non-nil while the box refuses runs (a cleanup failed).
 	Healthy() error
+	// Progress says where the run in progress is (nil when none is).
+	Progress() *wire.RunProgress
+	// Abort tears down the box of a run that overran its bound while
+	// Run is still inside it, and says what it could confirm.
+	Abort(runID string) wire.Cleanup
 }
 
 // Config is what an Agent needs from the VM around it.
 type Config struct {
 	Kernel string
 	Images []wire.ImageInfo // the images mounted, in hello's order
+	Data   []string         // the data folders mounted
 	Runner Runner
 	Logf   func(format string, args ...any)
 	// PowerOff is called after shutdown has been answered. In the guest
@@ -53,6 +60,9 @@ type Config struct {
 	Files fs.FS
 	// LogLines returns the recent log lines for the console's "log".
 	LogLines func() []string
+	// Watchdog is how long a run may take before the agent tears its box
+	// down; nil means its bound, wire.RunBound plus wire.WatchdogGrace.
+	Watchdog func(r *wire.Run) time.Duration
 }
 
 // Agent serves the host. Its methods are safe for concurrent use.
@@ -62,10 +72,13 @@ type Agent struct {
 	images  map[string]wire.ImageInfo
 	started time.Time
 
-	mu        sync.Mutex
-	current   *activeRun
-	broken    error // set when the box code panicked: refuse runs
-	stopping  bool  // shutdown received
+	mu      sync.Mutex
+	current *activeRun
+	broken  error // set when the box code panicked: refuse runs
+	// stuck names a run the watchdog tore down whose Run has not
+	// returned yet: the box is still held, so runs are refused.
+	stuck     string
+	stopping  bool // shutdown received
 	precancel []string
 	history   []record // newest last
 	last      *wire.Result
@@ -101,6 +114,9 @@ func New(cfg Config) *Agent {
 	if cfg.PowerOff == nil {
 		cfg.PowerOff = func() {}
 	}
+	if cfg.Watchdog == nil {
+		cfg.Watchdog = func(r *wire.Run) time.Duration { return r.Bound() + wire.WatchdogGrace }
+	}
 	a := &Agent{cfg: cfg, images: map[string]wire.ImageInfo{}, started: time.Now()}
 	for _, img := range cfg.Images {
 		a.images[img.Name] = img
@@ -112,6 +128,7 @@ func New(cfg Config) *Agent {
 		Kernel:       cfg.Kernel,
 		Capabilities: slices.Clone(Capabilities),
 		Images:       slices.Clone(cfg.Images),
+		Data:         slices.Clone(cfg.Data),
 	}
 	return a
 }

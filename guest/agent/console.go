@@ -80,14 +80,11 @@ func cmdHelp(w io.Writer) {
 
 func (a *Agent) cmdStatus(w io.Writer) {
 	a.mu.Lock()
-	cur, broken, stopping, open, served, runs := a.current, a.broken, a.stopping, a.open, a.served, len(a.history)
+	cur, stopping, open, served, runs := a.current, a.stopping, a.open, a.served, len(a.history)
 	a.mu.Unlock()
 	health := "healthy"
-	if err := a.cfg.Runner.Healthy(); err != nil {
+	if err := a.health(); err != nil {
 		health = "unhealthy: " + err.Error()
-	}
-	if broken != nil {
-		health = "unhealthy: " + broken.Error()
 	}
 	if stopping {
 		health += " (shutting down)"
@@ -101,6 +98,9 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	fmt.Fprintf(tw, "images\t%s\n", a.imageList())
 	if cur != nil {
 		fmt.Fprintf(tw, "running\t%s (image %s) for %s\n", cur.id, cur.image, time.Since(cur.started).Round(time.Millisecond))
+		if p := a.cfg.Runner.Progress(); p != nil {
+			fmt.Fprintf(tw, "phase\t%s for %d ms (%d ms of the run's bound of %d ms)\n", p.Phase, p.PhaseMS, p.RunMS, p.BoundMS)
+		}
 	} else {
 		fmt.Fprintf(tw, "running\tnothing\n")
 	}

@@ -13,10 +13,14 @@ import (
 // quickRunner finishes every run at once.
 type quickRunner struct{}
 
-func (quickRunner) Run(ctx context.Context, r *wire.Run) *wire.Result {
+func (quickRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error) *wire.Result {
 	return &wire.Result{Receipt: wire.Receipt{RunID: r.RunID, Status: wire.StatusOK}}
 }
 func (quickRunner) Healthy() error { return nil }
+
+func (quickRunner) Progress() *wire.RunProgress { return nil }
+
+func (quickRunner) Abort(string) wire.Cleanup { return wire.Cleanup{Status: wire.CleanupUnknown} }
 
 // stream is a connection whose host sends fixed bytes and reads nothing.
 type stream struct{ io.Reader }

@@ -53,6 +53,7 @@ func Main() {
 	accel := boot.ParseAccel(string(cmdline))
 	log.Printf("agent: the host says the CPU runs under %q", accel)
 	mounted := boot.MountImages(string(cmdline), log.Printf)
+	data := boot.MountData(string(cmdline), log.Printf)
 	warmImages(mounted, log.Printf)
 	reap.Start()
 
@@ -62,10 +63,11 @@ func Main() {
 		images[i] = img.ImageInfo
 		byName[img.Name] = img.ImageInfo
 	}
-	b := box.New(box.Config{Images: byName, Agent: Info(kernel), Accel: accel, Logf: log.Printf})
+	b := box.New(box.Config{Images: byName, Data: data, Agent: Info(kernel), Accel: accel, Logf: log.Printf})
 	a := New(Config{
 		Kernel:   kernel,
 		Images:   images,
+		Data:     data,
 		Runner:   b,
 		Logf:     log.Printf,
 		PowerOff: func() { log.Printf("agent: powering off"); log.Flush(time.Second); boot.PowerOff() },

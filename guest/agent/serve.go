@@ -59,7 +59,8 @@ func (a *Agent) Serve(rwc io.ReadWriteCloser) error {
 		case wire.TypeHello:
 			helloed = a.handleHello(c, m)
 		case wire.TypePing:
-			c.send(&wire.Message{Type: wire.TypePong, ID: m.ID})
+			st := a.status()
+			c.send(&wire.Message{Type: wire.TypePong, ID: m.ID, Status: &st})
 		case wire.TypeRun:
 			a.handleRun(c, m.ID, m.Run)
 		case wire.TypeCancel:
@@ -98,6 +99,8 @@ func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
 		e = &wire.Error{Code: wire.ErrBadRequest, Message: err.Error()}
 	} else if _, ok := a.images[r.Image]; !ok {
 		e = &wire.Error{Code: wire.ErrNoImage, Message: fmt.Sprintf("image %q is not in this VM; it has: %s", r.Image, a.imageList())}
+	} else if missing := a.missingData(r); missing != "" {
+		e = &wire.Error{Code: wire.ErrNoData, Message: fmt.Sprintf("data folder %q is not in this VM; it has: %s", missing, a.dataList())}
 	} else {
 		e = a.start(c, id, r)
 	}
@@ -106,6 +109,23 @@ func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
 		e.Cleanup = &wire.Cleanup{Status: wire.CleanupNotAttempted}
 		c.send(&wire.Message{Type: wire.TypeError, ID: id, Error: e})
 	}
+}
+
+// missingData is the first data folder r names that the VM lacks, or "".
+func (a *Agent) missingData(r *wire.Run) string {
+	for _, d := range r.Data {
+		if !slices.Contains(a.hello.Data, d.Name) {
+			return d.Name
+		}
+	}
+	return ""
+}
+
+func (a *Agent) dataList() string {
+	if len(a.hello.Data) == 0 {
+		return "none (start the VM with --data NAME=DIR)"
+	}
+	return strings.Join(a.hello.Data, ", ")
 }
 
 func (a *Agent) imageList() string {
@@ -121,7 +141,7 @@ func (a *Agent) imageList() string {
 
 // start makes r the current run, or says why it cannot be.
 func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
-	health := a.cfg.Runner.Healthy()
+	health := a.health()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -130,8 +150,6 @@ func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
 	case a.current != nil:
 		return &wire.Error{Code: wire.ErrBusy, Message: fmt.Sprintf(
 			"run %s is in progress; nothing was queued: try again when it has finished", a.current.id)}
-	case a.broken != nil:
-		health = a.broken
 	}
 	if health != nil {
 		return &wire.Error{Code: wire.ErrUnhealthy, Message: health.Error()}
@@ -153,22 +171,108 @@ func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
 // run runs r in the box and sends its receipt to the connection it came
 // from. The run stops being current before the receipt is sent, so the
 // host may start the next run as soon as it has the receipt.
+//
+// A watchdog bounds the whole run: every phase of the box keeps to its
+// own allowance, so it fires only on a bug or a kernel that does not let
+// go. It then tears the box down (Runner.Abort), answers the host with
+// what it could confirm, and refuses runs until Run has returned.
 func (a *Agent) run(ctx context.Context, ar *activeRun, id uint64, r *wire.Run) {
 	defer close(ar.done)
-	res, err := a.runBox(ctx, r)
+	ended := make(chan runOutcome, 1)
+	// Delivered output goes to the connection the run came from, as
+	// output messages answering the run's own id, before its receipt.
+	emit := func(o *wire.OutputChunk) error {
+		return ar.conn.send(&wire.Message{Type: wire.TypeOutput, ID: id, Output: o})
+	}
+	go func() {
+		res, err := a.runBox(ctx, r, emit)
+		ended <- runOutcome{res, err}
+	}()
+	watchdog := time.NewTimer(a.cfg.Watchdog(r))
+	defer watchdog.Stop()
+	var o runOutcome
+	select {
+	case o = <-ended:
+	case <-watchdog.C:
+		ar.cancel()
+		o.err = a.abort(r, ended)
+	}
 	ar.cancel()
-	a.finish(ar, res, err)
-	if err != nil {
-		ar.conn.send(&wire.Message{Type: wire.TypeError, ID: id, Error: err})
+	a.finish(ar, o.res, o.err)
+	if o.err != nil {
+		ar.conn.send(&wire.Message{Type: wire.TypeError, ID: id, Error: o.err})
 		return
 	}
-	ar.conn.sendResult(id, res)
+	ar.conn.sendResult(id, o.res)
+}
+
+// runOutcome is what the runner gave for a run.
+type runOutcome struct {
+	res *wire.Result
+	err *wire.Error
+}
+
+// abort is the watchdog's answer for a run that overran its bound. Runs
+// are refused until the runner lets go of it (ended).
+func (a *Agent) abort(r *wire.Run, ended <-chan runOutcome) *wire.Error {
+	a.logf("agent: run %s: past its bound of %v (%s): the watchdog tears its box down", r.RunID, a.cfg.Watchdog(r), describe(a.cfg.Runner.Progress()))
+	cl := a.cfg.Runner.Abort(r.RunID)
+	a.logf("agent: run %s: watchdog: cleanup %s (%s)", r.RunID, cl.Status, cl.Detail)
+	a.mu.Lock()
+	a.stuck = r.RunID
+	a.mu.Unlock()
+	go func() {
+		t0 := time.Now()
+		o := <-ended
+		a.mu.Lock()
+		a.stuck = ""
+		a.mu.Unlock()
+		status := "error"
+		if o.res != nil {
+			status = o.res.Receipt.Status + ", cleanup " + o.res.Receipt.Cleanup.Status
+		}
+		a.logf("agent: run %s let go %v after the watchdog: %s", r.RunID, time.Since(t0).Round(time.Millisecond), status)
+	}()
+	return &wire.Error{Code: wire.ErrInternal, Message: fmt.Sprintf(
+		"run %s overran its bound of %v; the agent's watchdog tore its box down", r.RunID, a.cfg.Watchdog(r)), Cleanup: &cl}
+}
+
+// describe says where a run is, for a log line.
+func describe(p *wire.RunProgress) string {
+	if p == nil {
+		return "no run in progress"
+	}
+	return fmt.Sprintf("in phase %s for %d ms, %d ms since its request", p.Phase, p.PhaseMS, p.RunMS)
+}
+
+// health is nil while the agent takes runs, else why it refuses them.
+func (a *Agent) health() error {
+	a.mu.Lock()
+	broken, stuck := a.broken, a.stuck
+	a.mu.Unlock()
+	switch {
+	case broken != nil:
+		return broken
+	case stuck != "":
+		return fmt.Errorf("run %s overran its bound and was torn down, but the box code has not let go of it yet; "+
+			"runs are refused until it does (the console's status and log say more; `pybox vm stop` and `pybox vm start` end it)", stuck)
+	}
+	return a.cfg.Runner.Healthy()
+}
+
+// status is what a pong carries.
+func (a *Agent) status() wire.AgentStatus {
+	st := wire.AgentStatus{Health: "healthy", Run: a.cfg.Runner.Progress()}
+	if err := a.health(); err != nil {
+		st.Health = err.Error()
+	}
+	return st
 }
 
 // runBox calls the runner and turns a panic in it into an error: PID 1
 // must outlive a bug in the box code. After a panic the box's state is
 // unknown, so the agent refuses further runs.
-func (a *Agent) runBox(ctx context.Context, r *wire.Run) (res *wire.Result, e *wire.Error) {
+func (a *Agent) runBox(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) (res *wire.Result, e *wire.Error) {
 	defer func() {
 		if p := recover(); p != nil {
 			a.logf("agent: run %s: the box panicked: %v\n%s", r.RunID, p, debug.Stack())
@@ -179,7 +283,7 @@ func (a *Agent) runBox(ctx context.Context, r *wire.Run) (res *wire.Result, e *w
 				Cleanup: &wire.Cleanup{Status: wire.CleanupFailed, Detail: "the box's state is unknown after a panic"}}
 		}
 	}()
-	res = a.cfg.Runner.Run(ctx, r)
+	res = a.cfg.Runner.Run(ctx, r, emit)
 	if res == nil {
 		return nil, &wire.Error{Code: wire.ErrInternal, Message: "the box returned no result",
 			Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}}

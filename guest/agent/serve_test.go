@@ -22,21 +22,32 @@ type fakeRunner struct {
 	health  error
 	panics  bool
 	calls   atomic.Int32
+	// stubborn runs ignore their cancel: only release ends them, as a
+	// box stuck in the kernel would.
+	stubborn atomic.Bool
+	aborted  chan string
+	current  atomic.Pointer[wire.Run]
 }
 
 func newFakeRunner() *fakeRunner {
-	return &fakeRunner{started: make(chan *wire.Run, 8), release: make(chan struct{}, 8)}
+	return &fakeRunner{started: make(chan *wire.Run, 8), release: make(chan struct{}, 8), aborted: make(chan string, 8)}
 }
 
-func (f *fakeRunner) Run(ctx context.Context, r *wire.Run) *wire.Result {
+func (f *fakeRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error) *wire.Result {
 	f.calls.Add(1)
 	if f.panics {
 		panic("box bug")
 	}
+	f.current.Store(r)
+	defer f.current.Store(nil)
 	f.started <- r
 	status := wire.StatusOK
+	done := ctx.Done()
+	if f.stubborn.Load() {
+		done = nil
+	}
 	select {
-	case <-ctx.Done():
+	case <-done:
 		status = wire.StatusCancelled
 	case <-f.release:
 	}
@@ -45,6 +56,18 @@ func (f *fakeRunner) Run(ctx context.Context, r *wire.Run) *wire.Result {
 }
 
 func (f *fakeRunner) Healthy() error { return f.health }
+
+func (f *fakeRunner) Progress() *wire.RunProgress {
+	if r := f.current.Load(); r != nil {
+		return &wire.RunProgress{RunID: r.RunID, Image: r.Image, Phase: "program", PhaseMS: 1, RunMS: 2, BoundMS: 3}
+	}
+	return nil
+}
+
+func (f *fakeRunner) Abort(runID string) wire.Cleanup {
+	f.aborted <- runID
+	return wire.Cleanup{Status: wire.CleanupRemoved, Detail: "torn down by the test"}
+}
 
 var testImages = []wire.ImageInfo{{Name: "stdlib", Digest: strings.Repeat("ab", 32)}}
 
@@ -367,5 +390,76 @@ func TestStalledHostIsDropped(t *testing.T) {
 	case <-h.served:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve still blocked on a host that does not read")
+	}
+}
+
+// A pong says what the agent is doing: its health and where the run in
+// progress is.
+func TestPongCarriesStatus(t *testing.T) {
+	r := newFakeRunner()
+	h := connect(t, newAgent(t, r, nil))
+	h.hello()
+	id := h.send(&wire.Message{Type: wire.TypePing})
+	if st := h.expect(id, wire.TypePong).Status; st == nil || st.Health != "healthy" || st.Run != nil {
+		t.Fatalf("idle pong status %+v", st)
+	}
+	runA := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("a")})
+	<-r.started
+	id = h.send(&wire.Message{Type: wire.TypePing})
+	st := h.expect(id, wire.TypePong).Status
+	if st == nil || st.Run == nil || st.Run.RunID != "a" || st.Run.Phase != "program" {
+		t.Fatalf("pong during a run: %+v", st)
+	}
+	r.release <- struct{}{}
+	h.expect(runA, wire.TypeReceipt)
+}
+
+// A run that does not end by its bound (a box stuck in the kernel, which
+// no cancel reaches) is torn down by the watchdog: the host gets an
+// answer with the cleanup the runner could confirm, and runs are refused
+// as unhealthy, not busy, until the runner lets go.
+func TestWatchdogTearsDownAStuckRun(t *testing.T) {
+	r := newFakeRunner()
+	r.stubborn.Store(true)
+	a := New(Config{Kernel: "6.1.0-test", Images: testImages, Runner: r, Logf: t.Logf,
+		WriteTimeout: 2 * time.Second, Watchdog: func(*wire.Run) time.Duration { return 200 * time.Millisecond }})
+	h := connect(t, a)
+	h.hello()
+	t0 := time.Now()
+	runA := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("a")})
+	<-r.started
+	m := h.expect(runA, wire.TypeError)
+	if took := time.Since(t0); took > 3*time.Second {
+		t.Errorf("the watchdog answered after %v", took)
+	}
+	if m.Error.Code != wire.ErrInternal || !strings.Contains(m.Error.Message, "overran its bound") ||
+		m.Error.Cleanup == nil || m.Error.Cleanup.Status != wire.CleanupRemoved {
+		t.Fatalf("watchdog answer %+v (cleanup %+v)", m.Error, m.Error.Cleanup)
+	}
+	if got := <-r.aborted; got != "a" {
+		t.Fatalf("aborted %q", got)
+	}
+	runB := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("b")})
+	if e := h.expectError(runB, wire.ErrUnhealthy); !strings.Contains(e.Message, "run a overran") {
+		t.Errorf("refusal while stuck: %q", e.Message)
+	}
+	r.release <- struct{}{} // the runner lets go at last
+	r.stubborn.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		id := h.send(&wire.Message{Type: wire.TypePing})
+		if h.expect(id, wire.TypePong).Status.Health == "healthy" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still unhealthy after the runner let go")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	runC := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("c")})
+	<-r.started
+	r.release <- struct{}{}
+	if m := h.expect(runC, wire.TypeReceipt); m.Result.Receipt.Status != wire.StatusOK {
+		t.Fatalf("run c: %+v", m.Result.Receipt)
 	}
 }

@@ -4,9 +4,12 @@ package box
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +24,7 @@ import (
 // Config is what the agent tells the box about the VM.
 type Config struct {
 	Images map[string]wire.ImageInfo // by name; the root of image X is /images/X
+	Data   []string                  // the data folders mounted, at <data>/<name>
 	Agent  wire.AgentInfo
 	// Accel is what runs the VM's CPU, as the host said (boot.ParseAccel):
 	// "kvm", "tcg", "vz", or "" when the host did not say.
@@ -42,12 +46,14 @@ type Box struct {
 
 	mu   sync.Mutex
 	left []leftover // what failed cleanups left; runs are refused while there is any
+	cur  *run       // the run in progress, for Progress and Abort
 }
 
 // paths are where a box's parts live; tests move them.
 type paths struct {
 	exe     string // the binary started as box-init
 	images  string // the image mounts, <images>/<name>
+	data    string // the data folders' mounts, <data>/<name>
 	staging string // the staging tmpfs mounts, <staging>/<run_id>/tmp
 	cgroups string // the runs' parent cgroup; "" only in tests without cgroup2
 }
@@ -55,16 +61,10 @@ type paths struct {
 var guestPaths = paths{
 	exe:     "/proc/self/exe",
 	images:  "/images",
+	data:    "/run/data",
 	staging: "/run/boxes",
 	cgroups: "/sys/fs/cgroup/runs",
 }
-
-// Timing of a run beyond its own timeout.
-const (
-	setupLimit  = 10 * time.Second // box-init's setup, up to the posture report
-	settleLimit = 5 * time.Second  // for the cgroup to empty after cgroup.kill
-	drainLimit  = 2 * time.Second  // for the pipes to end once the cgroup is empty
-)
 
 // New returns a Box for the images the guest mounted. The agent must
 // have started the reaper (reap.Start): the box collects its processes
@@ -88,21 +88,100 @@ func agentNamespaces() map[string]uint64 {
 // Run runs r in a fresh box and returns its result. It always returns a
 // receipt, whose cleanup status says whether the box is confirmed gone.
 // Cancelling ctx kills the box; the receipt then says cancelled.
-func (b *Box) Run(ctx context.Context, r *wire.Run) *wire.Result {
+//
+// A run that asks for delivery (r.Deliver) has the files of its
+// /tmp/output streamed through emit, in chunks, before it returns.
+func (b *Box) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result {
 	b.run.Lock()
 	defer b.run.Unlock()
 	rn := b.newRun(r)
+	rn.emit = emit
 	if err := b.admit(r); err != nil {
 		rn.out.refusal = err.Error()
 		return rn.result()
 	}
+	b.setCurrent(rn)
+	defer b.setCurrent(nil)
 	rn.execute(ctx)
+	rn.enter(phaseCleanup)
 	rn.rec.Cleanup = rn.cleanup()
 	rn.at.cleaned = time.Now()
 	if b.cfg.Logf != nil && !rn.at.spawned.IsZero() {
 		b.cfg.Logf("box: run %s: %s", r.RunID, rn.at.phases(rn.proc.report.startedAt, rn.exitedAt))
 	}
 	return rn.result()
+}
+
+func (b *Box) setCurrent(rn *run) {
+	b.mu.Lock()
+	b.cur = rn
+	b.mu.Unlock()
+}
+
+// Progress says where the run in progress is, or nil when none is.
+func (b *Box) Progress() *wire.RunProgress {
+	b.mu.Lock()
+	rn := b.cur
+	b.mu.Unlock()
+	if rn == nil {
+		return nil
+	}
+	now := time.Now()
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return &wire.RunProgress{
+		RunID: rn.req.RunID, Image: rn.req.Image, Phase: rn.phase,
+		PhaseMS: now.Sub(rn.phaseAt).Milliseconds(), RunMS: now.Sub(rn.at.begun).Milliseconds(),
+		BoundMS: rn.req.Bound().Milliseconds(),
+	}
+}
+
+// Abort is the watchdog's last resort for a run past its bound: whatever
+// phase the run is stuck in, it kills every process of the box, detaches
+// its /tmp and removes what it can, then says what it could confirm. It
+// works from the run's id alone (the run's goroutine owns its state),
+// and that goroutine's own cleanup later finds what is already gone.
+func (b *Box) Abort(runID string) wire.Cleanup {
+	b.mu.Lock()
+	rn := b.cur
+	b.mu.Unlock()
+	if rn == nil || rn.req.RunID != runID {
+		return wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the watchdog found the run no longer in progress"}
+	}
+	var done, left []string
+	note := func(err error, ok, failed string) {
+		if err != nil {
+			left = append(left, failed+": "+err.Error())
+		} else {
+			done = append(done, ok)
+		}
+	}
+	if b.paths.cgroups != "" {
+		cg := &runCgroup{dir: filepath.Join(b.paths.cgroups, runID), fd: -1}
+		if !cg.gone() {
+			err := cg.kill()
+			if err == nil {
+				err = cg.waitEmpty(time.Second)
+			}
+			note(err, "every process killed", "processes may be left")
+			note(cg.remove(), "cgroup removed", "cgroup left")
+		}
+	}
+	st := &staging{base: filepath.Join(b.paths.staging, runID)}
+	st.tmp = filepath.Join(st.base, "tmp")
+	if err := unix.Unmount(st.tmp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		left = append(left, "/tmp not detached: "+err.Error())
+	}
+	note(st.remove(), "/tmp removed", "/tmp left")
+	l := leftover{runID: runID, st: st}
+	if rest := l.what(); len(rest) > 0 {
+		left = append(left, rest...)
+	}
+	detail := "the run overran its bound; the watchdog tore its box down: " + strings.Join(done, ", ")
+	if len(left) == 0 {
+		return wire.Cleanup{Status: wire.CleanupRemoved, Detail: detail}
+	}
+	return wire.Cleanup{Status: wire.CleanupFailed, Detail: detail + "; not confirmed: " + strings.Join(left, "; ")}
 }
 
 // admit checks everything that can be checked before a box is made.
@@ -112,6 +191,11 @@ func (b *Box) admit(r *wire.Run) error {
 	}
 	if _, ok := b.cfg.Images[r.Image]; !ok {
 		return fmt.Errorf("this VM has no image %q", r.Image)
+	}
+	for _, d := range r.Data {
+		if !slices.Contains(b.cfg.Data, d.Name) {
+			return fmt.Errorf("this VM has no data folder %q", d.Name)
+		}
 	}
 	if err := b.Healthy(); err != nil {
 		return err
@@ -159,6 +243,16 @@ type run struct {
 	exitedAt time.Time
 	empty    bool // the cgroup was confirmed empty after the run
 	at       milestones
+
+	emit func(*wire.OutputChunk) error // where delivered files go
+
+	// settleBy is when settling must be done: SettleAllowance after the
+	// box was killed, or after the program's end.
+	settleBy time.Time
+
+	mu      sync.Mutex // guards phase and phaseAt, read by Progress
+	phase   string
+	phaseAt time.Time
 }
 
 // milestones are when a run passed each step, for the per-run log line
@@ -201,6 +295,7 @@ func (b *Box) newRun(r *wire.Run) *run {
 		img = wire.ImageInfo{Name: r.Image}
 	}
 	rn := &run{b: b, req: r}
+	rn.at.begun = time.Now()
 	rn.out.timeout = r.TimeoutSeconds
 	rn.rec = wire.Receipt{
 		SchemaVersion: wire.ReceiptSchemaVersion,
@@ -214,6 +309,7 @@ func (b *Box) newRun(r *wire.Run) *run {
 		Memory:     wire.Memory{LimitBytes: memoryMax, Reading: readingNone},
 		Pids:       wire.Pids{Max: pidsMax},
 		InputFiles: []wire.FileDigest{},
+		Data:       dataInfo(r.Data),
 		Output:     wire.Output{Returned: []wire.FileDigest{}, NotReturned: []wire.NotReturned{}},
 		Cleanup:    wire.Cleanup{Status: wire.CleanupNotAttempted},
 	}
@@ -223,6 +319,34 @@ func (b *Box) newRun(r *wire.Run) *run {
 	return rn
 }
 
+// dataInfo is the data folders for the receipt, as the host described
+// them, each string bounded: the host checks them again.
+func dataInfo(in []wire.DataFolder) []wire.DataFolder {
+	if len(in) > wire.MaxDataFolders {
+		in = in[:wire.MaxDataFolders]
+	}
+	out := make([]wire.DataFolder, 0, len(in))
+	for _, d := range in {
+		d.HostPath = cut(d.HostPath, 1024)
+		d.Digest = cut(d.Digest, 64)
+		if len(d.LeftOut) > 8 {
+			d.LeftOut = d.LeftOut[:8]
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
 // Readings of memory.peak.
 const (
 	readingFinal    = "final"     // read after every process of the box was gone
@@ -230,12 +354,30 @@ const (
 	readingNone     = "unavailable"
 )
 
+// Phases of a run, as Progress reports them.
+const (
+	phaseSetup   = "setup"   // cgroup, staging, box-init up to its posture report
+	phaseProgram = "program" // the program runs, up to its timeout
+	phaseSettle  = "settle"  // the box is killed and emptied, the pipes drained
+	phaseOutput  = "output"  // /tmp/output is collected and the counters read
+	phaseDeliver = "deliver" // /tmp/output is streamed whole to the host
+	phaseCleanup = "cleanup" // the tmpfs and the cgroup are removed
+)
+
+func (rn *run) enter(phase string) {
+	rn.mu.Lock()
+	rn.phase, rn.phaseAt = phase, time.Now()
+	rn.mu.Unlock()
+}
+
 // execute makes the box, runs the program and measures it. Whatever it
-// made is recorded in rn for cleanup, even when a step fails.
+// made is recorded in rn for cleanup, even when a step fails. Each phase
+// keeps to its allowance (wire.RunBound); cancelling ctx ends the
+// program and the collection of its output, never the cleanup.
 func (rn *run) execute(ctx context.Context) {
 	b := rn.b
 	var err error
-	rn.at.begun = time.Now()
+	rn.enter(phaseSetup)
 	if b.paths.cgroups != "" {
 		rn.cg, err = makeCgroup(b.paths.cgroups, rn.req.RunID)
 		if err != nil {
@@ -258,7 +400,10 @@ func (rn *run) execute(ctx context.Context) {
 	cfg := childConfig{
 		Root: image, Staging: rn.st.tmp,
 		Argv: []string{"python3", "-I", "-B", "-c", rn.req.Code}, Env: programEnv(runtime.GOARCH, b.cfg.Accel),
-		AgentNS: b.agentNS, UID: programID, GID: programID,
+		AgentNS: b.agentNS, UID: programID, GID: programID, FileSizeMax: tmpBytes,
+	}
+	for _, d := range rn.req.Data {
+		cfg.Data = append(cfg.Data, dataMount{Name: d.Name, Source: b.paths.data + "/" + d.Name})
 	}
 	cfg.SkipPosture, cfg.SkipSeccomp = b.skips()
 	cgfd := -1
@@ -272,13 +417,40 @@ func (rn *run) execute(ctx context.Context) {
 	}
 	rn.at.spawned = time.Now()
 	rn.supervise(ctx)
+	rn.enter(phaseSettle)
 	rn.settle()
 	rn.at.settled = time.Now()
+	rn.enter(phaseOutput)
 	if rn.out.refusal == "" {
-		rn.files, rn.rec.Output = collectOutput(rn.st.tmp, rn.req.ReturnFiles)
+		var overrun string
+		rn.files, rn.rec.Output, overrun = collectOutput(ctx, rn.st.tmp, rn.req.ReturnFiles, time.Now().Add(wire.CollectAllowance))
+		rn.overran(overrun)
+		rn.deliver(ctx)
 	}
 	rn.at.collected = time.Now()
 	rn.measure()
+}
+
+// deliver streams /tmp/output whole to the host, for a run that asked.
+func (rn *run) deliver(ctx context.Context) {
+	if rn.req.Deliver == nil || rn.emit == nil {
+		return
+	}
+	rn.enter(phaseDeliver)
+	emit := func(name string, off int64, data []byte) error {
+		return rn.emit(&wire.OutputChunk{RunID: rn.req.RunID, Name: name, Offset: off, Data: data})
+	}
+	d := deliverOutput(ctx, rn.st.tmp, rn.req.Deliver, emit, time.Now().Add(wire.DeliverAllowance))
+	rn.rec.Output.Delivered = d.delivered
+	rn.rec.Output.NotDelivered, rn.rec.Output.NotDeliveredUnlisted = d.notDelivered, d.notListed
+	rn.overran(d.overrun)
+}
+
+// overran notes in the receipt a phase that stopped before it was done.
+func (rn *run) overran(what string) {
+	if what != "" {
+		rn.rec.Overruns = append(rn.rec.Overruns, what)
+	}
 }
 
 // programEnv is the program's whole environment, on goarch under accel
@@ -309,7 +481,10 @@ func programEnv(goarch, accel string) []string {
 }
 
 // supervise waits for box-init, which outlives the program, to exit,
-// killing the box at the timeout or on cancel.
+// killing the box at the timeout, on cancel, or when its setup overruns.
+// Once the box is killed, box-init has SettleAllowance to exit; one
+// stuck in the kernel past that is left to settle and cleanup, which
+// kill the cgroup again and say what is left.
 func (rn *run) supervise(ctx context.Context) {
 	p := rn.proc
 	exited := make(chan unix.WaitStatus, 1)
@@ -317,10 +492,16 @@ func (rn *run) supervise(ctx context.Context) {
 		ws, _ := rn.b.wait(p.pid)
 		exited <- ws
 	}()
-	setup := time.NewTimer(setupLimit)
+	// Setup's allowance counts from the run's request, not from spawn.
+	setup := time.NewTimer(time.Until(rn.at.begun.Add(wire.SetupAllowance)))
 	defer setup.Stop()
-	var deadline <-chan time.Time
+	var deadline, killed <-chan time.Time
 	started, cancelled := p.report.started, ctx.Done()
+	kill := func() {
+		rn.kill()
+		rn.settleBy = time.Now().Add(wire.SettleAllowance)
+		deadline, cancelled, killed = nil, nil, time.After(wire.SettleAllowance)
+	}
 	for {
 		select {
 		case <-started:
@@ -328,21 +509,24 @@ func (rn *run) supervise(ctx context.Context) {
 			// from the box's setup.
 			started = nil
 			setup.Stop()
+			rn.enter(phaseProgram)
 			t := time.NewTimer(time.Duration(rn.req.TimeoutSeconds * float64(time.Second)))
 			defer t.Stop()
 			deadline = t.C
 		case <-deadline:
 			rn.out.timedOut = true
-			rn.kill()
-			deadline, cancelled = nil, nil
+			kill()
 		case <-setup.C:
-			rn.out.refusal = fmt.Sprintf("box setup took longer than %v", setupLimit)
-			rn.kill()
-			cancelled = nil
+			rn.out.refusal = fmt.Sprintf("box setup took longer than its allowance of %v", wire.SetupAllowance)
+			rn.overran(rn.out.refusal)
+			started = nil
+			kill()
 		case <-cancelled:
 			rn.out.cancelled = true
-			rn.kill()
-			deadline, cancelled = nil, nil
+			kill()
+		case <-killed:
+			rn.overran(fmt.Sprintf("settle: box-init had not exited %v after the box was killed", wire.SettleAllowance))
+			return
 		case ws := <-exited:
 			rn.exitedAt = time.Now()
 			rn.out.exited, rn.out.status = true, ws
@@ -366,15 +550,26 @@ func (rn *run) kill() {
 // empty, and lets the pipes end. Nothing of the box may run while
 // /tmp/output is read or memory.peak taken.
 func (rn *run) settle() {
+	if rn.settleBy.IsZero() {
+		rn.settleBy = time.Now().Add(wire.SettleAllowance)
+	}
 	rn.empty = true
 	if rn.cg != nil {
 		rn.cg.kill()
-		rn.empty = rn.cg.waitEmpty(settleLimit) == nil
+		if err := rn.cg.waitEmpty(time.Until(rn.settleBy)); err != nil {
+			rn.empty = false
+			rn.overran("settle: " + err.Error())
+		}
 	}
+	// The three pipes share one allowance.
+	drainBy := time.Now().Add(wire.DrainAllowance)
 	p := rn.proc
-	p.stdout.finish(drainLimit)
-	p.stderr.finish(drainLimit)
-	p.report.finish(drainLimit)
+	ended := p.stdout.finish(time.Until(drainBy))
+	ended = p.stderr.finish(time.Until(drainBy)) && ended
+	ended = p.report.finish(time.Until(drainBy)) && ended
+	if !ended {
+		rn.overran(fmt.Sprintf("settle: the box's pipes had not ended %v after it emptied; what came later was not read", wire.DrainAllowance))
+	}
 	if rn.out.refusal == "" {
 		rn.out.refusal = p.report.refusal()
 	}
@@ -383,6 +578,10 @@ func (rn *run) settle() {
 	// the receipt gives.
 	if p.report.program != nil {
 		rn.out.status = *p.report.program
+	} else if rn.out.exited && !rn.out.timedOut && !rn.out.cancelled && rn.out.refusal == "" {
+		// box-init ended before the program without the agent killing
+		// it: the status at hand is box-init's, not the program's.
+		rn.out.initEnded = true
 	}
 	rn.rec.Capture.Stdout, rn.rec.Capture.StdoutText = p.stdout.stream()
 	rn.rec.Capture.Stderr, rn.rec.Capture.StderrText = p.stderr.stream()
@@ -421,9 +620,10 @@ func (rn *run) cleanup() wire.Cleanup {
 	}
 	var errs []string
 	if rn.cg != nil && !rn.empty {
-		// A run that failed before its box emptied: one more try.
+		// A run that failed before its box emptied: one more try, in
+		// part of the cleanup's allowance (removal takes the rest).
 		rn.cg.kill()
-		rn.cg.waitEmpty(settleLimit)
+		rn.cg.waitEmpty(wire.CleanupAllowance - time.Second)
 	}
 	if rn.st != nil {
 		if err := rn.st.remove(); err != nil {

@@ -57,6 +57,10 @@ func ChildMain() {
 		}
 	}
 
+	// First, so that no signal from the program ever reaches box-init:
+	// as the namespace's init with no handlers, the kernel drops them.
+	must("signals", defaultSignals())
+
 	// The report pipe closes at exec, so the program never holds it;
 	// box-init keeps it until the program's wait status is sent.
 	_, err := unix.FcntlInt(reportFD, unix.F_SETFD, unix.FD_CLOEXEC)
@@ -90,6 +94,11 @@ func ChildMain() {
 	// read-only and its raw interfaces covered.
 	must("mount /proc", mountProc(root+"/proc", root+"/dev/null"))
 
+	// The data folders the run named, read-only at /data/<name>.
+	if len(cfg.Data) > 0 {
+		must("mount /data", mountData(root+"/data", cfg.Data))
+	}
+
 	// Switch to the image and leave the agent's mounts behind.
 	must("pivot_root", pivot(root))
 
@@ -105,6 +114,12 @@ func ChildMain() {
 	// syscall package's Setrlimit also stops Go restoring its own
 	// raised RLIMIT_NOFILE at exec.
 	must("rlimit core", syscall.Setrlimit(unix.RLIMIT_CORE, &syscall.Rlimit{}))
+	// No file larger than the tmpfs: a sparse file would otherwise have
+	// an apparent size without bound, and reading it back (the output's
+	// sha256) would take as long as the program liked. Python ignores
+	// SIGXFSZ, so a write past it fails with EFBIG.
+	fsize := uint64(cfg.FileSizeMax)
+	must("rlimit fsize", syscall.Setrlimit(unix.RLIMIT_FSIZE, &syscall.Rlimit{Cur: fsize, Max: fsize}))
 	must("rlimit nofile", syscall.Setrlimit(unix.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 1024, Max: 1024}))
 
 	// Every descriptor above stderr closes at exec: the config pipe is
@@ -224,6 +239,33 @@ func mountDev(dev string) error {
 		return err
 	}
 	return mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
+}
+
+// mountData makes dir (the image's empty /data) hold one read-only bind
+// of each data folder. The image is read-only, so the mount points are
+// made in a small tmpfs over dir, made read-only once they are bound.
+func mountData(dir string, data []dataMount) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return errors.New("this image has no /data to mount data folders on: rebuild it with this pybox (pybox image build NAME)")
+	}
+	if err := mount("pybox-data", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=16k,nr_inodes=64"); err != nil {
+		return err
+	}
+	for _, d := range data {
+		target := dir + "/" + d.Name
+		if err := unix.Mkdir(target, 0o755); err != nil {
+			return fmt.Errorf("mkdir %s: %w", target, err)
+		}
+		if err := mount(d.Source, target, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+		// The share is mounted so already; a bind made in a user
+		// namespace must say so again to be remounted at all.
+		if err := mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return err
+		}
+	}
+	return mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=16k,nr_inodes=64")
 }
 
 // procMask is a path of /proc the box must not use: a directory made

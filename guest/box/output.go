@@ -3,10 +3,13 @@
 package box
 
 import (
+	"bytes"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -17,12 +20,9 @@ import (
 	"pybox/shared/wire"
 )
 
-// Bounds of collecting /tmp/output: however the program filled it, the
-// agent spends at most this much time and memory on it.
-const (
-	maxOutputNames = 20000 // names read from the directory; the tmpfs holds fewer inodes
-	collectTime    = 5 * time.Second
-)
+// maxOutputNames bounds the names read from /tmp/output; the tmpfs holds
+// fewer inodes.
+const maxOutputNames = 20000
 
 // collector walks /tmp/output once the box is empty. Only regular files
 // with one link are read, each opened relative to the directory with
@@ -31,16 +31,24 @@ const (
 // It works in two passes. The first looks at every name (a stat each)
 // and reads the files that come back, which the 48 KiB cap keeps cheap.
 // The second hashes the files listed as left behind, which may be large:
-// under TCG sha256 runs at a few MB/s, so a listed file that the time
-// bound does not reach is listed with its size and no sha256.
+// under TCG sha256 runs at a few MB/s. Both passes stop at the deadline
+// or when the run is cancelled, checked between names and between the
+// chunks of one file (a file's apparent size is not bounded by the
+// tmpfs: a sparse file costs no space). What they did not reach is
+// listed with the reason "time limit", without a sha256.
 type collector struct {
-	dir      int // the output directory, opened without following links
-	ask      bool
-	budget   int // content bytes that may still come back
-	deadline time.Time
-	files    []wire.OutputFile
-	out      wire.Output
-	hash     []pending
+	dir    int // the output directory, opened without following links
+	ask    bool
+	budget int // content bytes that may still come back
+	files  []wire.OutputFile
+	out    wire.Output
+	hash   []pending
+
+	stop func() bool // true once the deadline passed or the run was cancelled
+	over bool        // stop said true at least once
+	// Counted once over: names not looked at, files not read or hashed
+	// to their end.
+	skipped, unfinished int
 }
 
 // pending is a listed file whose sha256 the second pass computes.
@@ -50,22 +58,28 @@ type pending struct {
 	entry int // index in out.NotReturned
 }
 
-// collectOutput reads tmp/output, tmp being the staging tmpfs. It never
-// fails: what cannot be read is listed as not returned, with the reason.
-func collectOutput(tmp string, returnFiles bool) ([]wire.OutputFile, wire.Output) {
-	by := time.Now().Add(collectTime)
-	return collectBy(tmp, returnFiles, by, by)
-}
-
-// collectBy collects with the first pass bounded by scanBy and the
-// second by hashBy.
-func collectBy(tmp string, returnFiles bool, scanBy, hashBy time.Time) ([]wire.OutputFile, wire.Output) {
-	c := &collector{ask: returnFiles, budget: wire.MaxReturnedFileBytes, deadline: scanBy}
+// collectOutput reads tmp/output, tmp being the staging tmpfs, until
+// deadline or until ctx is done. It never fails: what cannot be read is
+// listed as not returned, with the reason. overrun is "" when it
+// finished, else what it left undone.
+func collectOutput(ctx context.Context, tmp string, returnFiles bool, deadline time.Time) (files []wire.OutputFile, out wire.Output, overrun string) {
+	c := &collector{ask: returnFiles, budget: wire.MaxReturnedFileBytes}
+	why := ""
+	c.stop = func() bool {
+		switch {
+		case c.over:
+		case ctx.Err() != nil:
+			c.over, why = true, "the run was cancelled"
+		case !time.Now().Before(deadline):
+			c.over, why = true, "its allowance ran out"
+		}
+		return c.over
+	}
 	c.out = wire.Output{Returned: []wire.FileDigest{}, NotReturned: []wire.NotReturned{}}
 	names, more, err := c.open(tmp)
 	if err != nil {
 		c.notReturned("output", wire.NotReturnedUnreadble+": "+err.Error(), -1, "")
-		return c.files, c.out
+		return c.files, c.out, ""
 	}
 	defer unix.Close(c.dir)
 	c.out.NotListed += more
@@ -76,12 +90,13 @@ func collectBy(tmp string, returnFiles bool, scanBy, hashBy time.Time) ([]wire.O
 	// Smallest first: when time runs out, the most files have a digest.
 	slices.SortStableFunc(c.hash, func(a, b pending) int { return cmp.Compare(a.st.Size, b.st.Size) })
 	for _, p := range c.hash {
-		if time.Now().After(hashBy) {
-			break
-		}
 		c.out.NotReturned[p.entry] = c.hashed(p)
 	}
-	return c.files, c.out
+	if c.over {
+		overrun = fmt.Sprintf("output: collecting /tmp/output stopped (%s): %d names not looked at, %d files not read or hashed to the end",
+			why, c.skipped, c.unfinished)
+	}
+	return c.files, c.out, overrun
 }
 
 // open opens tmp/output as a directory, refusing a link in its place
@@ -128,8 +143,9 @@ func (c *collector) open(tmp string) ([]string, int, error) {
 
 // one decides the fate of one name.
 func (c *collector) one(name string) {
-	if time.Now().After(c.deadline) {
-		c.notReturned(name, wire.NotReturnedTimeLimit, -1, "")
+	if c.stop() {
+		c.skipped++
+		c.notReturned(name, wire.NotReturnedTimeLimit+": not looked at", -1, "")
 		return
 	}
 	var st unix.Stat_t
@@ -189,15 +205,42 @@ func (c *collector) bringBack(name string, st unix.Stat_t) {
 	}
 	defer f.Close()
 	// One byte more than the size shows a file that grew.
-	content, err := io.ReadAll(io.LimitReader(f, st.Size+1))
-	if err != nil || int64(len(content)) != st.Size {
+	var content bytes.Buffer
+	h := sha256.New()
+	err = c.read(f, st.Size+1, io.MultiWriter(&content, h))
+	switch {
+	case errors.Is(err, errStopped):
+		c.unfinished++
+		c.notReturned(name, wire.NotReturnedTimeLimit+": not read", st.Size, "")
+		return
+	case err != nil || int64(content.Len()) != st.Size:
 		c.notReturned(name, wire.NotReturnedChanged, st.Size, "")
 		return
 	}
-	sum := sha256.Sum256(content)
-	c.budget -= len(content)
-	c.files = append(c.files, wire.OutputFile{Name: name, Content: content})
-	c.out.Returned = append(c.out.Returned, wire.FileDigest{Name: name, Bytes: st.Size, SHA256: hex.EncodeToString(sum[:])})
+	c.budget -= content.Len()
+	c.files = append(c.files, wire.OutputFile{Name: name, Content: content.Bytes()})
+	c.out.Returned = append(c.out.Returned, wire.FileDigest{Name: name, Bytes: st.Size, SHA256: hex.EncodeToString(h.Sum(nil))})
+}
+
+var errStopped = errors.New("stopped: out of time or cancelled")
+
+// read copies at most limit bytes of f to w, a chunk at a time, and
+// stops with errStopped between chunks once c.stop says so.
+func (c *collector) read(f *os.File, limit int64, w io.Writer) error {
+	buf := make([]byte, readChunk)
+	for r := io.LimitReader(f, limit); ; {
+		if c.stop() {
+			return errStopped
+		}
+		n, err := r.Read(buf)
+		w.Write(buf[:n])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // hashOnly lists a regular file that stays behind with its size; its
@@ -216,6 +259,11 @@ func (c *collector) hashOnly(name string, st unix.Stat_t, reason string) {
 // be read.
 func (c *collector) hashed(p pending) wire.NotReturned {
 	nr := c.out.NotReturned[p.entry]
+	if c.stop() {
+		c.unfinished++
+		nr.Reason = wire.NotReturnedTimeLimit + ": not hashed; " + nr.Reason
+		return nr
+	}
 	f, err := c.openFile(p.name, p.st)
 	if err != nil {
 		nr.Reason = failReason(err)
@@ -223,13 +271,29 @@ func (c *collector) hashed(p pending) wire.NotReturned {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, io.LimitReader(f, p.st.Size+1), make([]byte, readChunk))
-	if err != nil || n != p.st.Size {
+	cw := &countWriter{w: h}
+	err = c.read(f, p.st.Size+1, cw)
+	switch {
+	case errors.Is(err, errStopped):
+		c.unfinished++
+		nr.Reason = fmt.Sprintf("%s: hashing stopped after %d of %d bytes; %s", wire.NotReturnedTimeLimit, cw.n, p.st.Size, nr.Reason)
+	case err != nil || cw.n != p.st.Size:
 		nr.Reason = wire.NotReturnedChanged
-		return nr
+	default:
+		nr.SHA256 = hex.EncodeToString(h.Sum(nil))
 	}
-	nr.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return nr
+}
+
+// countWriter counts what passes through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return c.w.Write(p)
 }
 
 func failReason(err error) string {
@@ -251,4 +315,140 @@ func (c *collector) notReturned(name, reason string, bytes int64, sum string) {
 		nr.Bytes = bytes
 	}
 	c.out.NotReturned = append(c.out.NotReturned, nr)
+}
+
+// emitFunc sends part of a delivered file to the host; an error means the
+// host is gone and delivery stops.
+type emitFunc func(name string, offset int64, data []byte) error
+
+// delivery is what deliverOutput did.
+type delivery struct {
+	delivered    []wire.FileDigest
+	notDelivered []wire.NotReturned
+	notListed    int
+	overrun      string
+}
+
+// deliverOutput streams every file of tmp/output whole through emit, in
+// name order, up to d.MaxBytes in all and until deadline or ctx ends
+// (checked between chunks). It takes what the collector takes: regular
+// files with one link and a plain name, opened without following links.
+// What it leaves out is listed (the first 16) with the reason.
+func deliverOutput(ctx context.Context, tmp string, d *wire.Deliver, emit emitFunc, deadline time.Time) delivery {
+	var res delivery
+	c := &collector{}
+	why := ""
+	c.stop = func() bool {
+		switch {
+		case c.over:
+		case ctx.Err() != nil:
+			c.over, why = true, "the run was cancelled"
+		case !time.Now().Before(deadline):
+			c.over, why = true, "its allowance ran out"
+		}
+		return c.over
+	}
+	note := func(name, reason string, bytes int64) {
+		if len(res.notDelivered) >= wire.MaxListedNotReturned {
+			res.notListed++
+			return
+		}
+		res.notDelivered = append(res.notDelivered, wire.NotReturned{Name: wire.EscapeName(name), Reason: reason, Bytes: max(bytes, 0)})
+	}
+	names, more, err := c.open(tmp)
+	if err != nil {
+		note("output", wire.NotReturnedUnreadble+": "+err.Error(), -1)
+		return res
+	}
+	defer unix.Close(c.dir)
+	res.notListed += more
+	slices.Sort(names)
+	budget := d.MaxBytes
+	for _, name := range names {
+		if c.stop() {
+			note(name, wire.NotReturnedTimeLimit+": not delivered", -1)
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(c.dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			note(name, wire.NotReturnedUnreadble, -1)
+			continue
+		}
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			note(name, wire.NotReturnedSymlink, -1)
+		case st.Mode&unix.S_IFMT != unix.S_IFREG:
+			note(name, wire.NotReturnedNotFile, -1)
+		case st.Nlink > 1:
+			note(name, wire.NotReturnedHardLink, st.Size)
+		case !plainName(name):
+			note(name, wire.NotReturnedName, st.Size)
+		case st.Size > budget:
+			note(name, wire.NotDeliveredOverCap, st.Size)
+		default:
+			digest, reason := c.stream(name, st, emit)
+			if reason != "" {
+				note(name, reason, st.Size)
+				if reason == errEmitReason {
+					return res
+				}
+				continue
+			}
+			budget -= st.Size
+			res.delivered = append(res.delivered, wire.FileDigest{Name: name, Bytes: st.Size, SHA256: digest})
+		}
+	}
+	if c.over {
+		res.overrun = fmt.Sprintf("deliver: streaming /tmp/output stopped (%s): %d of %d files delivered", why, len(res.delivered), len(names)+more)
+	}
+	return res
+}
+
+// errEmitReason is the reason for a file whose delivery the host stopped
+// taking; nothing after it is sent.
+const errEmitReason = "not delivered: the host stopped taking it"
+
+// stream sends one file through emit a chunk at a time, and returns its
+// sha256, or why it was not delivered whole.
+func (c *collector) stream(name string, st unix.Stat_t, emit emitFunc) (string, string) {
+	if st.Size == 0 { // one empty chunk, so that the host makes the file
+		if emit(name, 0, nil) != nil {
+			return "", errEmitReason
+		}
+		return hex.EncodeToString(sha256.New().Sum(nil)), ""
+	}
+	f, err := c.openFile(name, st)
+	if err != nil {
+		return "", failReason(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	buf := make([]byte, wire.MaxOutputChunk)
+	var off int64
+	for {
+		if c.stop() {
+			return "", wire.NotReturnedTimeLimit + ": delivery stopped part way"
+		}
+		n, err := io.ReadFull(io.LimitReader(f, st.Size+1-off), buf)
+		if n > 0 {
+			if off+int64(n) > st.Size {
+				return "", wire.NotReturnedChanged
+			}
+			h.Write(buf[:n])
+			if eerr := emit(name, off, buf[:n]); eerr != nil {
+				return "", errEmitReason
+			}
+			off += int64(n)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return "", wire.NotReturnedUnreadble
+		}
+	}
+	if off != st.Size {
+		return "", wire.NotReturnedChanged
+	}
+	return hex.EncodeToString(h.Sum(nil)), ""
 }

@@ -33,7 +33,7 @@ func FuzzCollectOutputNames(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(out, name), content, 0o644); err != nil {
 			t.Skip(err) // e.g. a name over the filesystem's limit
 		}
-		files, o := collectOutput(tmp, true)
+		files, o := collect(tmp, true)
 		if n := len(o.Returned) + len(o.NotReturned) + o.NotListed; n != 1 {
 			t.Fatalf("one file became %d entries: %+v", n, o)
 		}

@@ -90,7 +90,12 @@ func checkPosture(cfg childConfig) wire.Posture {
 		problem("new namespaces %v, want all of %v", p.Namespaces, namespaces)
 	}
 
-	extra, err := unexpectedMounts(self + "/mountinfo")
+	for _, d := range cfg.Data {
+		if !hasFlags("/data/"+d.Name, unix.ST_RDONLY|unix.ST_NOSUID|unix.ST_NODEV|unix.ST_NOEXEC) {
+			problem("data folder %s is not read-only,nosuid,nodev,noexec", d.Name)
+		}
+	}
+	extra, err := unexpectedMounts(self+"/mountinfo", cfg.Data)
 	if err != nil {
 		problem("read mountinfo: %v", err)
 	}
@@ -180,7 +185,7 @@ func nsInode(link string) (uint64, bool) {
 
 // unexpectedMounts lists the mount points in a mountinfo file that are
 // not the box's own.
-func unexpectedMounts(path string) ([]string, error) {
+func unexpectedMounts(path string, data []dataMount) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -189,11 +194,25 @@ func unexpectedMounts(path string) ([]string, error) {
 	points, err := mountPoints(bufio.NewScanner(f))
 	var extra []string
 	for _, mp := range points {
-		if !boxMounts[mp] {
+		if !boxMounts[mp] && !isDataMount(mp, data) {
 			extra = append(extra, mp)
 		}
 	}
 	return extra, err
+}
+
+// isDataMount says whether mp is /data, or a data folder the run named,
+// mounted there.
+func isDataMount(mp string, data []dataMount) bool {
+	if len(data) > 0 && mp == "/data" {
+		return true
+	}
+	for _, d := range data {
+		if mp == "/data/"+d.Name {
+			return true
+		}
+	}
+	return false
 }
 
 // mountPoints reads field 5 of each mountinfo line, unescaping the octal

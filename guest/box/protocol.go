@@ -34,6 +34,12 @@ type childConfig struct {
 	AgentNS map[string]uint64 `json:"agent_ns"` // the agent's namespace inodes, by /proc/self/ns name
 	UID     int               `json:"uid"`
 	GID     int               `json:"gid"`
+	// Data are the data folders to bind, read-only, at /data/<name>.
+	Data []dataMount `json:"data,omitempty"`
+	// FileSizeMax is RLIMIT_FSIZE: no file the program writes may be
+	// larger than its /tmp could hold, so that no sparse file is far
+	// larger than the space it takes.
+	FileSizeMax int64 `json:"file_size_max"`
 
 	// The benchmark build only (seal_bench.go): leave out the posture
 	// check, or the check and the seccomp filter. Any other build's
@@ -42,9 +48,16 @@ type childConfig struct {
 	SkipSeccomp bool `json:"skip_seccomp,omitempty"`
 }
 
+// dataMount is a data folder's mount in the agent (Source), to be bound
+// at /data/<Name> in the box.
+type dataMount struct {
+	Name   string `json:"name"`
+	Source string `json:"source"`
+}
+
 // check says what is wrong with a configuration box-init was given.
 func (c childConfig) check() error {
-	if c.Root == "" || c.Staging == "" || len(c.Argv) == 0 || c.UID == 0 || c.GID == 0 {
+	if c.Root == "" || c.Staging == "" || len(c.Argv) == 0 || c.UID == 0 || c.GID == 0 || c.FileSizeMax <= 0 {
 		return errors.New("incomplete configuration")
 	}
 	if (c.SkipPosture || c.SkipSeccomp) && !benchBuild {

@@ -19,6 +19,10 @@ type outcome struct {
 	oomKills  int64
 	exited    bool // status is valid
 	status    unix.WaitStatus
+	// initEnded: status is box-init's own, which ended before it could
+	// report the program's (a program can bring that about by lowering
+	// box-init's limits).
+	initEnded bool
 	timeout   float64 // seconds, for the reason
 }
 
@@ -35,7 +39,9 @@ type verdict struct {
 // kill, then the program's own exit.
 func decide(o outcome) verdict {
 	v := verdict{}
-	if o.exited && (o.refusal == "" || o.cancelled || o.timedOut) {
+	// When box-init ended first, its status is the program's only if the
+	// kernel's OOM kill took both.
+	if o.exited && (!o.initEnded || o.oomKills > 0) && (o.refusal == "" || o.cancelled || o.timedOut) {
 		v.exitCode, v.signal = exitCode(o.status)
 	}
 	switch {
@@ -49,6 +55,14 @@ func decide(o outcome) verdict {
 	case o.oomKills > 0:
 		v.status = wire.StatusOOM
 		v.reason = fmt.Sprintf("the box reached its memory limit of %d MiB; the kernel killed every process in it", memoryMax>>20)
+	case o.initEnded:
+		code, sig := exitCode(o.status)
+		how := "was killed by " + sig
+		if sig == "" && code != nil {
+			how = "exited with code " + strconv.Itoa(*code)
+		}
+		v.status, v.reason = wire.StatusError, "box-init, the box's init, "+how+
+			" before the program ended, so the program's own exit status is lost (a program can cause this by lowering box-init's limits); every process of the box was killed"
 	case !o.exited:
 		v.status, v.reason = wire.StatusError, "the program's exit status was lost"
 	case o.status.Exited() && o.status.ExitStatus() == 0:

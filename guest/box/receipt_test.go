@@ -38,6 +38,13 @@ func TestDecide(t *testing.T) {
 		{"refused", outcome{refusal: "posture check failed", exited: true, status: exitedWith(exitSetup)}, wire.StatusRefused, -1, ""},
 		{"refused before start", outcome{refusal: "no image"}, wire.StatusRefused, -1, ""},
 		{"status lost", outcome{}, wire.StatusError, -1, ""},
+		// box-init died first: its status is not the program's.
+		{"box-init ended first", outcome{exited: true, initEnded: true, status: exitedWith(2)}, wire.StatusError, -1, ""},
+		{"oom took box-init too", outcome{oomKills: 1, exited: true, initEnded: true, status: killedBy(unix.SIGKILL)}, wire.StatusOOM, 137, "SIGKILL"},
+	}
+	if v := decide(outcome{exited: true, initEnded: true, status: exitedWith(2)}); !strings.Contains(v.reason, "box-init") ||
+		!strings.Contains(v.reason, "exited with code 2") || !strings.Contains(v.reason, "lost") {
+		t.Errorf("box-init ended first: reason %q", v.reason)
 	}
 	for _, c := range cases {
 		v := decide(c.o)

@@ -20,7 +20,7 @@ func TestSealModes(t *testing.T) {
 		if err := b.SetSeal(c.mode); err != nil {
 			t.Fatal(err)
 		}
-		cfg := childConfig{Root: "/images/stdlib", Staging: "/run/staging/r1/tmp", Argv: []string{"python3"}, UID: programID, GID: programID}
+		cfg := childConfig{Root: "/images/stdlib", Staging: "/run/staging/r1/tmp", Argv: []string{"python3"}, UID: programID, GID: programID, FileSizeMax: tmpBytes}
 		cfg.SkipPosture, cfg.SkipSeccomp = b.skips()
 		if b.Seal() != c.mode || cfg.SkipPosture != c.posture || cfg.SkipSeccomp != c.seccomp {
 			t.Errorf("mode %s: seal %s, skips posture %v seccomp %v", c.mode, b.Seal(), cfg.SkipPosture, cfg.SkipSeccomp)

@@ -8,7 +8,7 @@ import (
 )
 
 func goodConfig() childConfig {
-	return childConfig{Root: "/images/stdlib", Staging: "/run/staging/r1/tmp", Argv: []string{"python3"}, UID: programID, GID: programID}
+	return childConfig{Root: "/images/stdlib", Staging: "/run/staging/r1/tmp", Argv: []string{"python3"}, UID: programID, GID: programID, FileSizeMax: tmpBytes}
 }
 
 // Every build but the benchmark one seals every box: a configuration

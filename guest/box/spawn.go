@@ -169,13 +169,16 @@ func (r *reports) read() {
 	io.Copy(io.Discard, r.f)
 }
 
-// finish waits up to d for end of file, then stops reading.
-func (r *reports) finish(d time.Duration) {
+// finish waits up to d for end of file, then stops reading. It reports
+// whether the pipe ended by itself.
+func (r *reports) finish(d time.Duration) bool {
 	select {
 	case <-r.done:
+		return true
 	case <-time.After(d):
 		r.f.SetReadDeadline(time.Now())
 		<-r.done
+		return false
 	}
 }
 

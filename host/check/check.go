@@ -22,6 +22,12 @@ type Options struct {
 	// program in each image.
 	Images     []string
 	MaxTimeout float64
+	// Data and OutputDir are the server's --data and --output-dir: the
+	// checks expect the schema to offer exactly these data folders, each
+	// visible read-only, and a file the program writes to land in the
+	// output folder.
+	Data      []string
+	OutputDir string
 	// VMDown adds the check of a server with no VM: the same command
 	// with PYBOX_HOME set to an empty directory.
 	VMDown bool
@@ -100,8 +106,15 @@ func (r *runner) plan() []step {
 	for _, im := range r.o.Images {
 		steps = append(steps, step{"image:" + im, r.checkImage(im)})
 	}
+	for _, d := range r.o.Data {
+		steps = append(steps, step{"data:" + d, r.checkData(d)})
+	}
+	if r.o.OutputDir != "" {
+		steps = append(steps, step{"output-dir", r.checkOutputDir})
+	}
 	steps = append(steps,
 		step{"files", r.checkFiles},
+		step{"chart", r.checkChart},
 		step{"unknown-argument", r.checkUnknownArgument},
 		step{"timeout-ceiling", r.checkTimeoutCeiling},
 		step{"output-is-data", r.checkOutputIsData},

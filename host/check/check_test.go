@@ -94,6 +94,7 @@ func TestEachCheckCatchesItsFlaw(t *testing.T) {
 		{"memory-sampled", []string{"memory-final"}},
 		{"wrong-image", []string{"image:data"}},
 		{"files-corrupt", []string{"files"}},
+		{"no-image", []string{"chart"}},
 		{"unknown-args", []string{"unknown-argument"}},
 		{"ignore-ceiling", []string{"timeout-ceiling"}},
 		{"echo-999", []string{"output-is-data"}},
@@ -137,7 +138,7 @@ func TestNoServer(t *testing.T) {
 	o := fakeOptions(t, "")
 	o.Server = []string{filepath.Join(t.TempDir(), "no-such-server")}
 	failed, results := runChecks(t, o)
-	if len(failed) != len(results) || len(results) != 17 {
+	if len(failed) != len(results) || len(results) != 18 {
 		t.Fatalf("%d results, %d failed: %q", len(results), len(failed), failed)
 	}
 	if !strings.Contains(results[0].Got, "cannot start") {

@@ -150,6 +150,31 @@ for i in range(6):
     open("/tmp/output/f%d.txt" % i, "w").write("\x01" * 8192)
 `)
 
+// chartPrograms draw a PNG chart into /tmp/output and print its sha256 as
+// written: with Pillow in the data image (matplotlib writes its PNGs
+// through Pillow; matplotlib itself would take longer than a default
+// --max-timeout under TCG), or with Python's zlib where data is not
+// allowed.
+var (
+	chartProgramData = program("chart", `import hashlib
+from PIL import Image, ImageDraw
+im = Image.new("RGB", (240, 160), "white")
+ImageDraw.Draw(im).line([(10, 150), (80, 40), (160, 110), (230, 20)], fill=(31, 119, 180), width=3)
+im.save("/tmp/output/chart.png")
+print(hashlib.sha256(open("/tmp/output/chart.png", "rb").read()).hexdigest())
+`)
+	chartProgramStdlib = program("chart", `import hashlib, struct, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+w, h = 48, 32
+rows = b"".join(b"\x00" + bytes(v for x in range(w) for v in (x * 5, y * 8, 128)) for y in range(h))
+png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+       + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+open("/tmp/output/chart.png", "wb").write(png)
+print(hashlib.sha256(png).hexdigest())
+`)
+)
+
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// minProtocol is the oldest MCP version the page promises. Versions are
+// minProtocol is the oldest MCP version PyBox promises to speak. Versions are
 // dates, so later ones sort after it.
 const minProtocol = "2025-11-25"
 
@@ -97,6 +97,18 @@ func schemaProblems(schema map[string]any, o Options) []string {
 		{"properties.code.maxLength", float64(maxCodeBytes)},
 	}
 	var problems []string
+	if len(o.Data) > 0 {
+		var data []any
+		for _, d := range o.Data {
+			data = append(data, d)
+		}
+		want = append(want, struct {
+			path string
+			want any
+		}{"properties.data.items.enum", data})
+	} else if _, ok := lookup(schema, "properties.data"); ok {
+		problems = append(problems, "properties.data is there, though the server should allow no data folder")
+	}
 	for _, w := range want {
 		got, ok := lookup(schema, w.path)
 		if !ok {

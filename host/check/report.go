@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"pybox/host/escape"
 )
 
 // Printer writes one line per result: text for people, JSON for machines.
@@ -14,22 +16,23 @@ type Printer struct {
 	Verbose bool
 }
 
-// Print writes r.
+// Print writes r. What a check saw may hold the server's or a program's
+// text: it is escaped (escape.Line) so that it cannot act on a terminal.
 func (p *Printer) Print(r Result) {
 	if p.JSON {
 		b, _ := json.Marshal(r)
-		fmt.Fprintf(p.W, "%s\n", b)
+		fmt.Fprintf(p.W, "%s\n", escape.JSON(b))
 		return
 	}
 	if r.Pass {
 		if p.Verbose {
-			fmt.Fprintf(p.W, "PASS %-20s %s (%.1f s)\n", r.Name, r.Detail, float64(r.MS)/1000)
+			fmt.Fprintf(p.W, "PASS %-20s %s (%.1f s)\n", r.Name, escape.Line(r.Detail), float64(r.MS)/1000)
 		} else {
 			fmt.Fprintf(p.W, "PASS %s\n", r.Name)
 		}
 		return
 	}
-	fmt.Fprintf(p.W, "FAIL %-20s expected: %s; got: %s; hint: %s\n", r.Name, r.Expected, r.Got, r.Hint)
+	fmt.Fprintf(p.W, "FAIL %-20s expected: %s; got: %s; hint: %s\n", r.Name, escape.Line(r.Expected), escape.Line(r.Got), escape.Line(r.Hint))
 }
 
 // Summary is the closing line.

@@ -19,6 +19,19 @@ type document struct {
 	Execution     json.RawMessage `json:"execution"`
 	Delivery      *delivery       `json:"delivery"`
 	Files         *[]fileOut      `json:"files"`
+	OutputDir     *outputDir      `json:"output_dir"`
+}
+
+// outputDir is what a run saved in the server's output folder.
+type outputDir struct {
+	Dir   string `json:"dir"`
+	Files []struct {
+		Name   string `json:"name"`
+		Path   string `json:"path"`
+		Bytes  int64  `json:"bytes"`
+		SHA256 string `json:"sha256"`
+	} `json:"files"`
+	NotWritten []string `json:"not_written"`
 }
 
 type callError struct {
@@ -46,8 +59,12 @@ type toolResult struct {
 	Doc     document
 	Exec    wire.Receipt // the execution: a whole receipt, or its essentials
 	// TextSame says whether the text content is the same JSON as the
-	// structured content, as the page promises.
+	// structured content, as the README promises.
 	TextSame bool
+	// Images are the image blocks after the text; Others counts blocks
+	// after it of any other kind.
+	Images []*mcp.ImageContent
+	Others int
 }
 
 // decodeResult reads a tool result. It fails only when there is no
@@ -69,9 +86,16 @@ func decodeResult(res *mcp.CallToolResult) (*toolResult, error) {
 			return nil, fmt.Errorf("execution is not a receipt: %v", err)
 		}
 	}
-	if len(res.Content) == 1 {
+	if len(res.Content) > 0 {
 		if tc, ok := res.Content[0].(*mcp.TextContent); ok {
 			r.TextSame = sameJSON([]byte(tc.Text), structured)
+		}
+		for _, c := range res.Content[1:] {
+			if im, ok := c.(*mcp.ImageContent); ok {
+				r.Images = append(r.Images, im)
+			} else {
+				r.Others++
+			}
 		}
 	}
 	return r, nil

@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"pybox/shared/wire"
 )
 
-// The page's limits on a result.
+// The documented limits on a result (README, Limits).
 const (
 	maxReceiptBytes  = 64 << 10
 	maxResponseBytes = 256 << 10
@@ -160,6 +161,61 @@ func (r *runner) checkFiles(ctx context.Context) verdict {
 	return pass("2 files in (%d bytes), 2 back (text as utf-8, binary as base64); sizes and sha256 match", total)
 }
 
+// checkChart makes a PNG in the data image (or, where data is not
+// allowed, the default image) and expects it back twice: as a file whose
+// sha256 is what the program printed, and as an image block of the same
+// bytes.
+func (r *runner) checkChart(ctx context.Context) verdict {
+	args, made := r.runArgs(chartProgramStdlib), "with Python's zlib in "+r.defaultImage()
+	if slices.Contains(r.o.Images, "data") {
+		args, made = r.runArgs(chartProgramData), "with Pillow in data"
+		args["image"] = "data"
+	}
+	want := "a PNG made " + made + " comes back as the file chart.png, with the sha256 the program printed, and as an image block (image/png) with the same bytes"
+	args["return_files"] = true
+	res, v := r.run(ctx, want, args)
+	if v != nil {
+		return *v
+	}
+	if !res.ok() {
+		return fail(want, res.summary(), hintFor(res, r.o))
+	}
+	printed := strings.TrimSpace(res.Exec.Capture.StdoutText)
+	png, problem := chartFile(res, printed)
+	if problem != "" {
+		return fail(want, problem, "files were changed on the way: the server or the guest agent is out of step with this pybox; rebuild (`make`) and restart the VM")
+	}
+	const noImage = "the agent would not see the chart: a pybox older than image content, or a bug; rebuild (`make`)"
+	switch {
+	case len(res.Images) != 1 || res.Others != 0:
+		return fail(want, fmt.Sprintf("%d image blocks and %d other blocks after the text; delivery %q", len(res.Images), res.Others, res.Doc.Delivery.What), noImage)
+	case res.Images[0].MIMEType != "image/png" || !bytes.Equal(res.Images[0].Data, png):
+		return fail(want, fmt.Sprintf("an image block of %d bytes, %s, sha256 %s", len(res.Images[0].Data), res.Images[0].MIMEType, sha256Hex(res.Images[0].Data)),
+			"the image is not the file: a bug in the server")
+	}
+	return pass("chart.png (%d bytes, made %s) came back as a file and as an image/png block, sha256 %s", len(png), made, printed[:12])
+}
+
+// chartFile finds chart.png among a result's files and checks it against
+// the sha256 the program printed.
+func chartFile(res *toolResult, printed string) ([]byte, string) {
+	if res.Doc.Files == nil || len(*res.Doc.Files) != 1 || (*res.Doc.Files)[0].Name != "chart.png" {
+		return nil, fmt.Sprintf("files %v, not chart.png alone", res.Doc.Files)
+	}
+	f := (*res.Doc.Files)[0]
+	if f.Omitted || f.Content == nil || f.Encoding != "base64" {
+		return nil, fmt.Sprintf("chart.png came as %q, omitted %v", f.Encoding, f.Omitted)
+	}
+	png, err := base64.StdEncoding.Strict().DecodeString(*f.Content)
+	switch {
+	case err != nil:
+		return nil, "chart.png's base64 does not decode: " + err.Error()
+	case sha256Hex(png) != printed || f.SHA256 != printed:
+		return nil, fmt.Sprintf("the program printed sha256 %q; chart.png says %s and its content's is %s", cut(printed, 64), cut(f.SHA256, 64), sha256Hex(png))
+	}
+	return png, ""
+}
+
 // inputDigestProblems compares the receipt's input_files with what was sent.
 func inputDigestProblems(listed []wire.FileDigest, sent map[string][]byte) string {
 	if len(listed) != len(sent) {
@@ -289,7 +345,7 @@ func (r *runner) checkTrimmed(ctx context.Context) verdict {
 	case line.Bytes > maxResponseBytes:
 		return fail(want, fmt.Sprintf("a response of %d bytes", line.Bytes), "the server sent more than a client may accept: a bug in the server")
 	case len(res.Doc.Execution) > maxReceiptBytes:
-		return fail(want, fmt.Sprintf("an execution of %d bytes", len(res.Doc.Execution)), "the server sent more receipt than the page allows: a bug in the server")
+		return fail(want, fmt.Sprintf("an execution of %d bytes", len(res.Doc.Execution)), "the server sent more receipt than the documented 64 KiB: a bug in the server")
 	case res.Doc.Delivery == nil:
 		return fail(want, "no delivery in the result: "+trimEvidence(res), hint)
 	case !res.Doc.Delivery.Trimmed || len(res.Doc.Delivery.What) == 0:

@@ -22,9 +22,11 @@ var ErrNoVM = errors.New("the VM is not running: start it with `pybox vm start`"
 // Timeouts of the client's own waits.
 const (
 	helloTimeout = 10 * time.Second
+	writeTimeout = 10 * time.Second
 	// CancelWait is how long Run waits for the receipt after it sent a
-	// cancel: the guest kills the box and cleans it up first.
-	CancelWait = 15 * time.Second
+	// cancel: the guest kills the box, stops collecting its output and
+	// cleans it up, within its allowances.
+	CancelWait = wire.SettleAllowance + wire.DrainAllowance + wire.CleanupAllowance
 )
 
 // Client is a connection to the supervisor. Its methods may be called
@@ -38,7 +40,8 @@ type Client struct {
 	mu      sync.Mutex
 	nextID  uint64
 	waiting map[uint64]chan *wire.Message
-	err     error // why the connection ended
+	outputs map[uint64]func(*wire.OutputChunk) // runs that asked for delivery
+	err     error                              // why the connection ended
 	done    chan struct{}
 }
 
@@ -55,7 +58,9 @@ func DialContext(ctx context.Context, home string) (*Client, error) {
 	if _, err := os.Stat(d.Dir); errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNoVM
 	}
-	if err := d.Check(); err != nil {
+	if err := d.CheckSocket(); errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNoVM
+	} else if err != nil {
 		return nil, err
 	}
 	var dialer net.Dialer
@@ -66,7 +71,39 @@ func DialContext(ctx context.Context, home string) (*Client, error) {
 		}
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	// The paths were checked before the dial; the peer is checked after
+	// it, so that a directory swapped in between is caught too.
+	if err := checkPeer(nc); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	return handshake(ctx, nc)
+}
+
+// checkPeer checks that the process on the other end of nc runs as the
+// current user.
+func checkPeer(nc net.Conn) error {
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var uid int
+	var perr error
+	if err := raw.Control(func(fd uintptr) { uid, perr = peerUID(int(fd)) }); err != nil {
+		return err
+	}
+	if perr != nil {
+		return fmt.Errorf("client: who is the supervisor: %w", perr)
+	}
+	if uid != os.Getuid() {
+		return fmt.Errorf("client: the supervisor's socket %s is served by uid %d, not by you (uid %d): it is not your VM; "+
+			"check who can write to %s", nc.RemoteAddr(), uid, os.Getuid(), "$"+paths.EnvHome)
+	}
+	return nil
 }
 
 // New says hello on an established connection to a supervisor (tests,
@@ -74,7 +111,8 @@ func DialContext(ctx context.Context, home string) (*Client, error) {
 func New(ctx context.Context, nc net.Conn) (*Client, error) { return handshake(ctx, nc) }
 
 func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
-	c := &Client{nc: nc, waiting: map[uint64]chan *wire.Message{}, done: make(chan struct{})}
+	c := &Client{nc: nc, waiting: map[uint64]chan *wire.Message{}, outputs: map[uint64]func(*wire.OutputChunk){},
+		done: make(chan struct{})}
 	go c.read()
 	m, err := c.call(ctx, &wire.Message{Type: wire.TypeHello, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}})
 	if err == nil && m.Type != wire.TypeHello {
@@ -83,8 +121,14 @@ func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
 	if err != nil {
 		nc.Close()
 		var we *wire.Error
-		if errors.As(err, &we) && we.Code == wire.ErrNoVM {
+		switch {
+		case errors.As(err, &we) && we.Code == wire.ErrNoVM:
 			return nil, ErrNoVM
+		case errors.As(err, &we) && we.Code == wire.ErrProtocol:
+			// A supervisor started by another version of pybox, which
+			// runs on after an upgrade until the VM is restarted.
+			return nil, fmt.Errorf("client: the running VM was started by a pybox that does not speak this one's protocol (%s): "+
+				"restart it with this pybox: `pybox vm stop`, then `pybox vm start`", we.Message)
 		}
 		return nil, err
 	}
@@ -116,14 +160,24 @@ func (c *Client) Close() error { return c.nc.Close() }
 
 // Ping checks that the guest answers.
 func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.Status(ctx)
+	return err
+}
+
+// Status pings the guest and returns what the agent says it is doing:
+// its health and where the run in progress is.
+func (c *Client) Status(ctx context.Context) (*wire.AgentStatus, error) {
 	m, err := c.call(ctx, &wire.Message{Type: wire.TypePing})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if m.Type != wire.TypePong {
-		return fmt.Errorf("client: ping answered with %s", m.Type)
+		return nil, fmt.Errorf("client: ping answered with %s", m.Type)
 	}
-	return nil
+	if m.Status == nil {
+		return &wire.AgentStatus{}, nil
+	}
+	return m.Status, nil
 }
 
 // Shutdown asks the guest to sync and power off. It returns once the
@@ -156,26 +210,53 @@ func (c *Client) Cancel(ctx context.Context, runID string) error {
 // sends a cancel and still waits (up to CancelWait) for the receipt, which
 // then says cancelled, and returns it with a nil error.
 //
+// Every run has a deadline, wire.HostDeadline of its timeout: the guest
+// keeps each phase of a run to its allowance, so a receipt that has not
+// come by then never will from a guest that works. Run then cancels the
+// run, waits a moment, and gives up with ErrNoReceipt.
+//
 // Every error is a *wire.Error whose Cleanup says what is known of the
 // box: NOT_ATTEMPTED when the request never reached the guest (or was
-// refused), UNKNOWN when contact was lost mid-run.
+// refused), UNKNOWN when contact was lost mid-run or no receipt came.
 func (c *Client) Run(ctx context.Context, r *wire.Run) (*wire.Result, error) {
+	return c.RunDeliver(ctx, r, nil)
+}
+
+// RunDeliver is Run for a run that asks for its output streamed whole
+// (r.Deliver): each part of a file goes to output, in order, before Run
+// returns. Nothing here checks the parts: the caller holds them against
+// the receipt's Output.Delivered.
+func (c *Client) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error) {
 	if err := r.Check(); err != nil {
 		return nil, runError(wire.ErrBadRequest, err.Error(), wire.CleanupNotAttempted)
 	}
-	id, ch, err := c.send(&wire.Message{Type: wire.TypeRun, Run: r})
+	limit := deadlineFor(r)
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, output)
 	if err != nil {
 		return nil, runError(wire.ErrNoVM, "sending the run: "+err.Error(), wire.CleanupNotAttempted)
 	}
+	defer c.forget(id)
 	var m *wire.Message
 	select {
 	case m = <-ch:
 	case <-c.done:
 		return nil, c.lost(r.RunID)
 	case <-ctx.Done():
-		m, err = c.cancelAndWait(r.RunID, id, ch)
+		m, err = c.cancelAndWait(r.RunID, id, ch, CancelWait)
 		if err != nil {
 			return nil, err
+		}
+	case <-deadline.C:
+		// One short wait after the cancel: a guest that kept no bound
+		// so far is not likely to answer now.
+		m, err = c.cancelAndWait(r.RunID, id, ch, wire.WatchdogGrace)
+		if err != nil {
+			return nil, runError(wire.ErrNoReceipt, fmt.Sprintf(
+				"no receipt for run %s within its bound of %v (its %gs timeout plus %v for the box's setup, settling, output and cleanup, and %v for the way): "+
+					"the guest is not answering; the run was cancelled and its box's cleanup is unknown: see `pybox vm status`",
+				r.RunID, limit.Round(time.Second), r.TimeoutSeconds, wire.Allowance, wire.WatchdogGrace+wire.HostMargin), wire.CleanupUnknown)
 		}
 	}
 	switch {
@@ -191,9 +272,13 @@ func (c *Client) Run(ctx context.Context, r *wire.Run) (*wire.Result, error) {
 	return m.Result, nil
 }
 
-func (c *Client) cancelAndWait(runID string, id uint64, ch chan *wire.Message) (*wire.Message, error) {
-	wait := time.NewTimer(CancelWait)
-	defer wait.Stop()
+// deadlineFor is a run's deadline; tests shorten it.
+var deadlineFor = (*wire.Run).HostDeadline
+
+// cancelAndWait cancels a run and waits up to wait for its answer.
+func (c *Client) cancelAndWait(runID string, id uint64, ch chan *wire.Message, wait time.Duration) (*wire.Message, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	// The cancel's own "ok" is not needed: the receipt says what happened.
 	if _, _, err := c.send(&wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: runID}}); err != nil {
 		return nil, c.lost(runID)
@@ -203,9 +288,9 @@ func (c *Client) cancelAndWait(runID string, id uint64, ch chan *wire.Message) (
 		return m, nil
 	case <-c.done:
 		return nil, c.lost(runID)
-	case <-wait.C:
+	case <-t.C:
 		c.forget(id)
-		return nil, runError(wire.ErrInternal, fmt.Sprintf("run %s was cancelled, but no receipt came within %s", runID, CancelWait), wire.CleanupUnknown)
+		return nil, runError(wire.ErrNoReceipt, fmt.Sprintf("run %s was cancelled, but no receipt came within %s", runID, wait), wire.CleanupUnknown)
 	}
 }
 
@@ -243,6 +328,11 @@ func (c *Client) call(ctx context.Context, m *wire.Message) (*wire.Message, erro
 
 // send writes m under a fresh ID and returns where its answer will come.
 func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
+	return c.sendWith(m, nil)
+}
+
+// sendWith is send for a run whose output parts go to output.
+func (c *Client) sendWith(m *wire.Message, output func(*wire.OutputChunk)) (uint64, chan *wire.Message, error) {
 	ch := make(chan *wire.Message, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -253,11 +343,17 @@ func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
 	c.nextID++
 	id := c.nextID
 	c.waiting[id] = ch
+	if output != nil {
+		c.outputs[id] = output
+	}
 	c.mu.Unlock()
 	m.ID = id
 	p, err := wire.Encode(m)
 	if err == nil {
 		c.wmu.Lock()
+		// The supervisor reads every client at once; one that does not
+		// take a frame within this long is not working.
+		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		err = frame.Write(c.nc, p)
 		c.wmu.Unlock()
 	}
@@ -271,6 +367,7 @@ func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
 func (c *Client) forget(id uint64) {
 	c.mu.Lock()
 	delete(c.waiting, id)
+	delete(c.outputs, id)
 	c.mu.Unlock()
 }
 
@@ -286,9 +383,20 @@ func (c *Client) read() {
 		if m, err = wire.Decode(p); err != nil {
 			break
 		}
+		if m.Type == wire.TypeOutput {
+			// Part of a run's output: the run goes on.
+			c.mu.Lock()
+			output := c.outputs[m.ID]
+			c.mu.Unlock()
+			if output != nil {
+				output(m.Output)
+			}
+			continue
+		}
 		c.mu.Lock()
 		ch := c.waiting[m.ID]
 		delete(c.waiting, m.ID)
+		delete(c.outputs, m.ID)
 		c.mu.Unlock()
 		if ch != nil {
 			ch <- m

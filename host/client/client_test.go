@@ -1,13 +1,16 @@
 package client_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +22,8 @@ import (
 )
 
 // fakeGuest answers like the guest agent: pong, ok, and a receipt per run;
-// a run whose code is "wait" ends only when cancelled.
+// a run whose code is "wait" ends only when cancelled, and one whose code
+// is "deaf" never ends: a guest stuck on it.
 func fakeGuest(t *testing.T, conn net.Conn) {
 	var wmu sync.Mutex
 	write := func(m *wire.Message) {
@@ -46,6 +50,9 @@ func fakeGuest(t *testing.T, conn net.Conn) {
 		case wire.TypeShutdown:
 			write(&wire.Message{Type: wire.TypeOK, ID: m.ID})
 		case wire.TypeRun:
+			if m.Run.Code == "deaf" {
+				continue
+			}
 			if m.Run.Code == "wait" {
 				mu.Lock()
 				waiting[m.Run.RunID] = m.ID
@@ -91,6 +98,7 @@ func serveHello(t *testing.T, hello wire.Hello) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	os.Chmod(d.Socket(), 0o600) // as the supervisor does
 	host, guest := net.Pipe()
 	go fakeGuest(t, guest)
 	r := supervisor.NewRelay(host, hello, t.Logf)
@@ -120,6 +128,7 @@ func TestNoVM(t *testing.T) {
 	l, _ := net.Listen("unix", paths.ForVM(home).Socket())
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
+	os.Chmod(paths.ForVM(home).Socket(), 0o600)
 	if _, err := client.Dial(home); !errors.Is(err, client.ErrNoVM) {
 		t.Fatalf("Dial with a stale socket = %v", err)
 	}
@@ -180,6 +189,34 @@ func TestRunRefusedBeforeSending(t *testing.T) {
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Code != wire.ErrBadRequest || we.Cleanup.Status != wire.CleanupNotAttempted {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// A run whose receipt does not come by its deadline is cancelled and
+// given up with cleanup UNKNOWN; other runs go on.
+func TestRunDeadline(t *testing.T) {
+	defer client.SetDeadlineFor(func(*wire.Run) time.Duration { return 300 * time.Millisecond })()
+	home := serve(t)
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	t0 := time.Now()
+	_, err = c.Run(context.Background(), testRun("stuck", "deaf"))
+	took := time.Since(t0)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.ErrNoReceipt || we.Cleanup == nil || we.Cleanup.Status != wire.CleanupUnknown {
+		t.Fatalf("Run = %v; want %s with cleanup UNKNOWN", err, wire.ErrNoReceipt)
+	}
+	if !strings.Contains(we.Message, "pybox vm status") {
+		t.Errorf("message %q does not say what to do", we.Message)
+	}
+	if took > 300*time.Millisecond+wire.WatchdogGrace+time.Second {
+		t.Errorf("Run gave up after %v", took)
+	}
+	if res, err := c.Run(context.Background(), testRun("next", "print(1)")); err != nil || res.Receipt.Status != wire.StatusOK {
+		t.Fatalf("the next run: %+v, %v", res, err)
 	}
 }
 
@@ -279,5 +316,70 @@ func TestSupervisorLostMidRun(t *testing.T) {
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Code != wire.ErrNoVM || we.Cleanup.Status != wire.CleanupUnknown {
 		t.Fatalf("Run = %v, want no_vm with cleanup UNKNOWN", err)
+	}
+}
+
+// The client trusts the supervisor's socket only when the path to it is
+// the user's own and private, and when the process serving it runs as
+// the user.
+func TestSocketOfAnotherUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("making files and processes of another uid needs root")
+	}
+	const other = 65534
+	home := serve(t)
+	sock := paths.ForVM(home).Socket()
+	for name, c := range map[string]struct {
+		change, undo func()
+		want         string
+	}{
+		"socket owned by another uid": {func() { os.Lchown(sock, other, other) }, func() { os.Lchown(sock, 0, 0) }, "belongs to uid 65534"},
+		"socket open to others":       {func() { os.Chmod(sock, 0o666) }, func() { os.Chmod(sock, 0o600) }, "must be private"},
+		"home writable by others":     {func() { os.Chmod(home, 0o777) }, func() { os.Chmod(home, 0o700) }, "chmod go-w"},
+		"home owned by another uid":   {func() { os.Lchown(home, other, other) }, func() { os.Lchown(home, 0, 0) }, "belongs to uid 65534"},
+	} {
+		c.change()
+		_, err := client.Dial(home)
+		c.undo()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Dial = %v, want a refusal saying %q", name, err, c.want)
+		}
+	}
+	if c, err := client.Dial(home); err != nil {
+		t.Fatalf("after undoing every change: %v", err)
+	} else {
+		c.Close()
+	}
+
+	// A socket in the user's private directory, owned by the user, but
+	// served by a process of another uid (a directory swapped between
+	// the check and the dial): the peer's uid gives it away.
+	dir, err := os.MkdirTemp("", "pybox-peer") // in /tmp, which the other uid can reach
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o777)
+	peer := exec.Command("/usr/bin/python3", "-c", `
+import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen()
+print("ready", flush=True)
+c, _ = s.accept(); time.sleep(5)
+`, filepath.Join(dir, "x"))
+	peer.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: other, Gid: other}}
+	out, _ := peer.StdoutPipe()
+	if err := peer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Process.Kill()
+	bufio.NewReader(out).ReadString('\n')
+	os.Remove(sock)
+	if err := os.Rename(peer.Args[len(peer.Args)-1], sock); err != nil {
+		t.Fatal(err)
+	}
+	os.Lchown(sock, 0, 0)
+	os.Chmod(sock, 0o600)
+	if _, err := client.Dial(home); err == nil || !strings.Contains(err.Error(), "served by uid 65534") {
+		t.Fatalf("Dial to a socket served by another uid = %v", err)
 	}
 }

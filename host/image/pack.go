@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -13,6 +14,11 @@ import (
 // measures the tree.
 func (bd *build) trim(ctx context.Context) error {
 	if err := trim(bd.tree); err != nil {
+		return err
+	}
+	// /data is where a box mounts the data folders its run names; the
+	// image is read-only, so the directory must be in it.
+	if err := os.MkdirAll(filepath.Join(bd.tree, "data"), 0o755); err != nil {
 		return err
 	}
 	size, err := seal(bd.tree)

@@ -18,7 +18,7 @@ import (
 
 // BuilderVersion is part of every recipe key: bump it when the build
 // pipeline changes what it produces, so cached images are rebuilt.
-const BuilderVersion = 4
+const BuilderVersion = 5
 
 // Debian suites images are built from. DefaultSuite is the current stable
 // release; the built-in recipes exist for each of Suites.

@@ -149,6 +149,28 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// An image an older pybox built still attaches, with a note that says
+// how to get the current build; the current builder's get none.
+func TestResolveNotesOlderImages(t *testing.T) {
+	home := t.TempDir()
+	storeFake(t, home, "stdlib") // builder 0: older than any
+	storeFake(t, home, "tools")
+	m := storeFake(t, home, "data")
+	m.Builder = BuilderVersion
+	if err := writeMeta(filepath.Join(Dir(home, "data"), MetaFile), m); err != nil {
+		t.Fatal(err)
+	}
+	atts, err := Resolve(home, []string{"stdlib", "tools", "data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"pybox image import --force images/stdlib.pybox-image", "pybox image inspect tools", ""} {
+		if got := atts[i].Note; (want == "") != (got == "") || !strings.Contains(got, want) || (want != "" && !strings.Contains(got, "built by an older pybox")) {
+			t.Errorf("%s: note %q, want one saying %q", atts[i].Name, got, want)
+		}
+	}
+}
+
 func TestUnescapeMount(t *testing.T) {
 	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\134y`: `/x\y`, `/end\04`: `/end\04`} {
 		if got := unescapeMount(in); got != want {

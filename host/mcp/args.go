@@ -22,7 +22,12 @@ const (
 )
 
 // allowedArgs lists the arguments, for the message that refuses another.
-const allowedArgs = "code, image, timeout_s, max_output_bytes, files, return_files"
+func allowedArgs(o *Options) string {
+	if len(o.Data) > 0 {
+		return "code, image, timeout_s, max_output_bytes, files, return_files, data"
+	}
+	return "code, image, timeout_s, max_output_bytes, files, return_files"
+}
 
 // parseArgs reads run_python's arguments from the raw JSON the client sent
 // and checks every rule against the server's options. It does its own
@@ -59,8 +64,12 @@ func parseArgs(raw []byte, o *Options) (*wire.Run, error) {
 			return readFiles(d, &r.Files)
 		case "return_files":
 			return readBool(d, key, &r.ReturnFiles)
+		case "data":
+			if len(o.Data) > 0 {
+				return readData(d, o, &r.Data)
+			}
 		}
-		return fmt.Errorf("unknown argument %q: run_python takes only %s", key, allowedArgs)
+		return fmt.Errorf("unknown argument %q: run_python takes only %s", key, allowedArgs(o))
 	})
 	if err != nil {
 		return nil, err
@@ -116,6 +125,31 @@ func readObject(d *json.Decoder, what string, key func(string) error) error {
 		}
 	}
 	_, err := d.Token() // the closing brace: the decoder checked it matches
+	return syntaxError(err)
+}
+
+// readData reads the data folders a call names: names the server allows,
+// each once.
+func readData(d *json.Decoder, o *Options, data *[]wire.DataFolder) error {
+	if err := expectDelim(d, "data", '[', "an array of data folder names"); err != nil {
+		return err
+	}
+	for d.More() {
+		var name string
+		if err := readString(d, fmt.Sprintf("data[%d]", len(*data)), &name); err != nil {
+			return err
+		}
+		if !o.allowsData(name) {
+			return fmt.Errorf("data folder %q is not allowed on this server: use one of %s", wire.EscapeName(name), strings.Join(o.Data, ", "))
+		}
+		for _, have := range *data {
+			if have.Name == name {
+				return fmt.Errorf("data folder %q is named twice", name)
+			}
+		}
+		*data = append(*data, wire.DataFolder{Name: name})
+	}
+	_, err := d.Token()
 	return syntaxError(err)
 }
 

@@ -60,7 +60,7 @@ func filesArgs(n, each int) string {
 	return b.String()
 }
 
-// Every class of refused argument from HOSTILE.md, 'The MCP client side',
+// Every class of refused argument a hostile client may send,
 // and a few neighbours of each.
 func TestParseArgsRefuses(t *testing.T) {
 	o := testOptions()

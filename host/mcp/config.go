@@ -44,7 +44,7 @@ func Config(client, exe string, o Options) (snippet, hint string, err error) {
 			}
 			return strings.Join(words, " ") + "\n", c.hint, nil
 		}
-		// Laid out like the page's examples, args on one line.
+		// Laid out like the README's examples, args on one line.
 		var out strings.Builder
 		fmt.Fprintf(&out, "{\n  \"mcpServers\": {\n    \"pybox\": {\n      \"command\": %s,\n      \"args\": [", jsonString(exe))
 		for i, a := range args {

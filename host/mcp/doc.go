@@ -8,6 +8,8 @@
 // protocol's limits (one run at once, 32 calls and 256 messages a session,
 // 512 KiB a message in, 64 KiB of receipt and 256 KiB a response out), and
 // shapes the guest's receipt into the tool result, saying what it trimmed.
+// Returned files that are well-formed pictures (checked by host/picture)
+// also go to the client as image content, within the same limits.
 //
 // stdout is the protocol's alone: the program's output only ever travels
 // as strings inside a tool result. The server never starts the VM and never

@@ -28,6 +28,8 @@ type fakeVM struct {
 	release chan struct{}
 	// result, when set, answers every run.
 	result func(r *wire.Run) (*wire.Result, error)
+	// deliver, when set, answers every run that asks for delivery.
+	deliver func(r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error)
 
 	mu        sync.Mutex
 	runs      []*wire.Run
@@ -65,12 +67,15 @@ type fakeConn struct{ v *fakeVM }
 
 func (c fakeConn) Close() error { return nil }
 
-func (c fakeConn) Run(ctx context.Context, r *wire.Run) (*wire.Result, error) {
+func (c fakeConn) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error) {
 	v := c.v
 	v.mu.Lock()
 	v.runs = append(v.runs, r)
 	v.mu.Unlock()
 	v.started <- r.RunID
+	if v.deliver != nil && r.Deliver != nil {
+		return v.deliver(r, output)
+	}
 	if v.result != nil {
 		return v.result(r)
 	}
@@ -345,8 +350,8 @@ func toolResult(t *testing.T, m *message) *decoded {
 // what the text says, then decode the text.
 func fromClient(t *testing.T, res *mcp.CallToolResult) *decoded {
 	t.Helper()
-	if len(res.Content) != 1 {
-		t.Fatalf("%d contents", len(res.Content))
+	if len(res.Content) == 0 {
+		t.Fatal("no content")
 	}
 	text := res.Content[0].(*mcp.TextContent).Text
 	var fromText any
@@ -356,11 +361,19 @@ func fromClient(t *testing.T, res *mcp.CallToolResult) *decoded {
 	if !reflect.DeepEqual(fromText, res.StructuredContent) {
 		t.Fatal("structuredContent and the text differ")
 	}
+	content := []any{map[string]string{"type": "text", "text": text}}
+	for _, c := range res.Content[1:] {
+		im, ok := c.(*mcp.ImageContent)
+		if !ok {
+			t.Fatalf("a %T after the text", c)
+		}
+		content = append(content, im)
+	}
 	result, _ := json.Marshal(struct {
-		Content           []map[string]string `json:"content"`
-		StructuredContent json.RawMessage     `json:"structuredContent"`
-		IsError           bool                `json:"isError"`
-	}{[]map[string]string{{"type": "text", "text": text}}, json.RawMessage(text), res.IsError})
+		Content           []any           `json:"content"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+		IsError           bool            `json:"isError"`
+	}{content, json.RawMessage(text), res.IsError})
 	d := checkEncoded(t, result, 0)
 	return d
 }

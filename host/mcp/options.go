@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -22,11 +23,43 @@ type Options struct {
 	// MaxTimeout is the longest run an agent may ask for, in seconds:
 	// more than 0, at most wire.MaxTimeoutSeconds.
 	MaxTimeout float64
+	// Data names the data folders an agent may ask for (the VM has them
+	// from `pybox vm start --data`). Empty: the tool has no data
+	// argument at all.
+	Data []string
+	// MaxDataBytes bounds what the data folders of one call hold together.
+	MaxDataBytes int64
+	// OutputDir, when set (an absolute path), receives everything a
+	// program writes to /tmp/output, in OutputDir/<run_id>/.
+	OutputDir string
+	// OutputDotfiles lets names that start with a dot be written there.
+	OutputDotfiles bool
+	// MaxOutputDirBytes bounds what one run writes there.
+	MaxOutputDirBytes int64
 }
 
-// DefaultOptions are the page's defaults: stdlib only, 2 seconds.
+// Defaults of the data and output folder options.
+const (
+	DefaultMaxDataBytes      = 1 << 30
+	DefaultMaxOutputDirBytes = wire.DefaultTmpBytes // all a run's /tmp can hold
+)
+
+// DefaultOptions are the documented defaults: stdlib only, 2 seconds,
+// no data folders, no output folder.
 func DefaultOptions() Options {
-	return Options{Images: []string{DefaultImage}, MaxTimeout: wire.DefaultTimeoutSeconds}
+	return Options{Images: []string{DefaultImage}, MaxTimeout: wire.DefaultTimeoutSeconds,
+		MaxDataBytes: DefaultMaxDataBytes, MaxOutputDirBytes: DefaultMaxOutputDirBytes}
+}
+
+// ParseNames parses a comma-separated list (--data).
+func ParseNames(list string) []string {
+	var names []string
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // ParseImages parses --images: names separated by commas.
@@ -75,7 +108,44 @@ func (o *Options) Check() error {
 		}
 		seen[n] = true
 	}
+	if err := o.checkFolders(); err != nil {
+		return err
+	}
 	return checkMaxTimeout(o.MaxTimeout)
+}
+
+// checkFolders checks the data and output folder options.
+// Zero bounds take their defaults.
+func (o *Options) checkFolders() error {
+	if o.MaxDataBytes == 0 {
+		o.MaxDataBytes = DefaultMaxDataBytes
+	}
+	if o.MaxOutputDirBytes == 0 {
+		o.MaxOutputDirBytes = DefaultMaxOutputDirBytes
+	}
+	seen := map[string]bool{}
+	if len(o.Data) > wire.MaxDataFolders {
+		return fmt.Errorf("--data names %d folders; at most %d", len(o.Data), wire.MaxDataFolders)
+	}
+	for _, n := range o.Data {
+		if err := wire.CheckDataName(n); err != nil {
+			return fmt.Errorf("--data: %w", err)
+		}
+		if seen[n] {
+			return fmt.Errorf("--data names %q twice", n)
+		}
+		seen[n] = true
+	}
+	if o.MaxDataBytes <= 0 {
+		return fmt.Errorf("--max-data-bytes %d: give a number of bytes above 0", o.MaxDataBytes)
+	}
+	if o.OutputDir != "" && !filepath.IsAbs(o.OutputDir) {
+		return fmt.Errorf("--output-dir %q is not an absolute path", o.OutputDir)
+	}
+	if o.MaxOutputDirBytes <= 0 || o.MaxOutputDirBytes > wire.DefaultTmpBytes {
+		return fmt.Errorf("--max-output-dir-bytes %d: give 1–%d (a run's /tmp holds no more)", o.MaxOutputDirBytes, wire.DefaultTmpBytes)
+	}
+	return nil
 }
 
 // defaultImage is the image of a call that names none.
@@ -114,5 +184,30 @@ func (o *Options) Args() []string {
 	if o.MaxTimeout != wire.DefaultTimeoutSeconds {
 		args = append(args, "--max-timeout", strconv.FormatFloat(o.MaxTimeout, 'f', -1, 64))
 	}
+	if len(o.Data) > 0 {
+		args = append(args, "--data", strings.Join(o.Data, ","))
+	}
+	if o.MaxDataBytes != DefaultMaxDataBytes {
+		args = append(args, "--max-data-bytes", strconv.FormatInt(o.MaxDataBytes, 10))
+	}
+	if o.OutputDir != "" {
+		args = append(args, "--output-dir", o.OutputDir)
+	}
+	if o.OutputDotfiles {
+		args = append(args, "--output-dotfiles")
+	}
+	if o.MaxOutputDirBytes != DefaultMaxOutputDirBytes {
+		args = append(args, "--max-output-dir-bytes", strconv.FormatInt(o.MaxOutputDirBytes, 10))
+	}
 	return args
+}
+
+// allowsData reports whether an agent may name data folder name.
+func (o *Options) allowsData(name string) bool {
+	for _, n := range o.Data {
+		if n == name {
+			return true
+		}
+	}
+	return false
 }

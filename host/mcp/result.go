@@ -9,6 +9,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/escape"
+	"pybox/host/outdir"
 	"pybox/shared/wire"
 )
 
@@ -16,7 +18,7 @@ import (
 // structuredContent (and text). The receipt inside has its own version.
 const ResultSchemaVersion = 1
 
-// The page's limits on what goes out, on the encoded bytes.
+// The documented limits on what goes out (README, Limits), on the encoded bytes.
 const (
 	MaxReceiptBytes  = 64 << 10  // execution, JSON-encoded
 	MaxResponseBytes = 256 << 10 // one JSON-RPC response line
@@ -49,6 +51,11 @@ type document struct {
 	Execution any        `json:"execution"` // *wire.Receipt, or *essentials
 	Delivery  delivery   `json:"delivery"`
 	Files     *[]fileOut `json:"files,omitempty"`
+	// OutputDir says what the run wrote in the server's output folder.
+	OutputDir *savedOut `json:"output_dir,omitempty"`
+	// images follow the text in the result's content: returned files
+	// that are pictures (see showPictures). They are not part of the JSON.
+	images []*mcp.ImageContent
 }
 
 type callError struct {
@@ -79,6 +86,19 @@ type delivery struct {
 	ResponseBytes int `json:"response_bytes"`
 }
 
+// savedOut is what a run wrote in the server's output folder (--output-dir):
+// the run's directory there, and each file with its path, size and
+// sha256 (the first maxSavedListed; More counts the rest).
+type savedOut struct {
+	Dir        string         `json:"dir,omitempty"`
+	Files      []outdir.Saved `json:"files"`
+	More       int            `json:"more_files,omitempty"`
+	NotWritten []string       `json:"not_written,omitempty"`
+}
+
+// maxSavedListed bounds the saved files a result lists.
+const maxSavedListed = 64
+
 // fileOut is a returned file: content as text when it is valid UTF-8,
 // base64 otherwise, or omitted with the reason.
 type fileOut struct {
@@ -99,6 +119,7 @@ type outcome struct {
 	ReturnFiles bool
 	Err         *callError
 	Cleanup     wire.Cleanup // when Err is set: what is known of the box
+	Saved       *savedOut    // what went to the output folder, if the server has one
 }
 
 // refused is the outcome of a call that never reached the VM.
@@ -119,21 +140,20 @@ func (d *document) isError() bool {
 	return !ok || r.Status != wire.StatusOK || r.Cleanup.Status != wire.CleanupRemoved
 }
 
-// encode renders the document as a tool result: structuredContent and the
-// same JSON as text. It returns the encoded sizes of the execution and of
-// the whole result, measured the way the SDK will encode them (json.Marshal
-// escapes <, > and & as \u003c..., so the raw length would be wrong).
+// encode renders the document as a tool result: structuredContent, the
+// same JSON as text, and the images after it. It returns the encoded sizes
+// of the execution and of the whole result, measured the way the SDK will
+// encode them (json.Marshal escapes <, > and & as \u003c..., so the raw
+// length would be wrong; the SDK sends an image's data as base64).
 func (d *document) encode() (res *mcp.CallToolResult, receiptBytes, resultBytes int) {
-	exec, err := json.Marshal(d.Execution)
-	if err != nil {
-		panic("mcp: a receipt that cannot be encoded: " + err.Error()) // only strings, numbers and bools
-	}
-	doc, err := json.Marshal(d)
-	if err != nil {
-		panic("mcp: a result that cannot be encoded: " + err.Error())
+	exec := encodeJSON(d.Execution)
+	doc := encodeJSON(d)
+	content := []mcp.Content{&mcp.TextContent{Text: string(doc)}}
+	for _, im := range d.images {
+		content = append(content, im)
 	}
 	res = &mcp.CallToolResult{
-		Content:           []mcp.Content{&mcp.TextContent{Text: string(doc)}},
+		Content:           content,
 		StructuredContent: json.RawMessage(doc),
 		IsError:           d.isError(),
 	}
@@ -142,6 +162,17 @@ func (d *document) encode() (res *mcp.CallToolResult, receiptBytes, resultBytes 
 		panic("mcp: a result that cannot be encoded: " + err.Error())
 	}
 	return res, len(exec), len(all)
+}
+
+// encodeJSON encodes v as a result carries it: with no C1 control or
+// bidi formatting character raw in what a client may draw (the text
+// shows \uXXXX; the structured content decodes to the same strings).
+func encodeJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("mcp: a result that cannot be encoded: " + err.Error()) // only strings, numbers and bools
+	}
+	return escape.JSON(b)
 }
 
 // filesOut lists the returned files, content and all, with the host's own

@@ -49,6 +49,14 @@ type decoded struct {
 	}
 	isError bool
 	line    int // the whole JSON-RPC response line, with the longest id allowed
+	images  []imageBlock
+}
+
+// imageBlock is an image block as a client reads it.
+type imageBlock struct {
+	Type     string `json:"type"`
+	Data     []byte `json:"data"` // encoding/json decodes base64
+	MIMEType string `json:"mimeType"`
 }
 
 // checkResult checks what every result must keep to, and decodes it.
@@ -71,12 +79,9 @@ func checkResult(t testing.TB, res *mcp.CallToolResult) *decoded {
 func checkEncoded(t testing.TB, result []byte, line int) *decoded {
 	t.Helper()
 	var res struct {
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-		StructuredContent json.RawMessage `json:"structuredContent"`
-		IsError           bool            `json:"isError"`
+		Content           []json.RawMessage `json:"content"`
+		StructuredContent json.RawMessage   `json:"structuredContent"`
+		IsError           bool              `json:"isError"`
 	}
 	if err := json.Unmarshal(result, &res); err != nil {
 		t.Fatal(err)
@@ -85,10 +90,22 @@ func checkEncoded(t testing.TB, result []byte, line int) *decoded {
 	if d.line > MaxResponseBytes {
 		t.Fatalf("response of %d bytes: over %d", d.line, MaxResponseBytes)
 	}
-	if len(res.Content) != 1 || res.Content[0].Type != "text" {
-		t.Fatalf("content: %+v", res.Content)
+	var text struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
 	}
-	if res.Content[0].Text != string(res.StructuredContent) {
+	if len(res.Content) == 0 || json.Unmarshal(res.Content[0], &text) != nil || text.Type != "text" {
+		t.Fatalf("content: %s", result)
+	}
+	// Only images follow the text.
+	for _, c := range res.Content[1:] {
+		var p imageBlock
+		if err := json.Unmarshal(c, &p); err != nil || p.Type != "image" || len(p.Data) == 0 || !strings.HasPrefix(p.MIMEType, "image/") {
+			t.Fatalf("content after the text: %v %.200s", err, c)
+		}
+		d.images = append(d.images, p)
+	}
+	if text.Text != string(res.StructuredContent) {
 		t.Fatal("the text content is not the structured JSON")
 	}
 	if err := json.Unmarshal(res.StructuredContent, &d.doc); err != nil {
@@ -296,6 +313,11 @@ func FuzzShape(f *testing.F) {
 	f.Add(strings.Repeat("\x01", 8192), strings.Repeat("\"", 8192), "error", "FAILED", "x", 16, 4096, byte(1), true)
 	f.Add("", "", "", "", "", 0, 0, byte(0), false)
 	f.Add(strings.Repeat("é", 3000), "\xff\xfe", "timeout", "REMOVED", "a\nb", 200, 300, byte(0xff), true)
+	f.Add(strings.Repeat("\x01", 8192), strings.Repeat("<", 8192), "ok", "REMOVED", strings.Repeat("<", 200), 40, 4000, byte(0x89), true)
+	f.Add("", "", "ok", "REMOVED", "chart.png", 3, 100000, byte(0x89), true)
+	// With fill 0x89 (a PNG's first byte), the files are a picture, cut to
+	// size when that is shorter.
+	chart := chartPNG(f, 40, 30, true)
 	f.Fuzz(func(t *testing.T, stdout, stderr, status, cleanup, name string, nfiles, size int, fill byte, returnFiles bool) {
 		// What fits a 1 MiB frame from the guest.
 		nfiles = min(max(nfiles, 0), 2000)
@@ -305,7 +327,11 @@ func FuzzShape(f *testing.F) {
 		rec.Cleanup.Detail = stderr
 		var files []wire.OutputFile
 		for i := range nfiles {
-			files = append(files, wire.OutputFile{Name: name, Content: bytes.Repeat([]byte{fill + byte(i)}, size)})
+			content := bytes.Repeat([]byte{fill + byte(i)}, size)
+			if fill == 0x89 {
+				content = chart[:min(size, len(chart))]
+			}
+			files = append(files, wire.OutputFile{Name: name, Content: content})
 			rec.Output.NotReturned = append(rec.Output.NotReturned, wire.NotReturned{Name: name, Reason: stdout})
 		}
 		d := checkResult(t, shape(outcome{RunID: "fuzz", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: returnFiles}))
@@ -326,4 +352,31 @@ func FuzzShape(f *testing.F) {
 			t.Fatalf("isError %v for status %q cleanup %q", d.isError, status, cleanup)
 		}
 	})
+}
+
+// C1 controls and bidi formatting characters in what a program printed
+// never appear raw in a result: the JSON escapes them (the decoded text is
+// the program's, unchanged), and each stream counts its controls.
+func TestShapeEscapesControls(t *testing.T) {
+	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
+	out := "total: 42\u009b2J \u202eevil\u202c and \x1b]52;c;Zm9v\x07 and \u2066x\u2069\n"
+	rec.Capture.StdoutText, rec.Capture.StderrText = out, "plain\n"
+	rec.Capture.Stdout.Controls = 0 // the guest's word does not count
+	res := shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}})
+	raw, _ := json.Marshal(res)
+	for _, c := range []string{"\u009b", "\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\x07"} {
+		if bytes.Contains(raw, []byte(c)) {
+			t.Errorf("%q is raw in the result", c)
+		}
+	}
+	d := checkResult(t, res)
+	if d.exec.Capture.StdoutText != out {
+		t.Errorf("stdout decodes to %q, want the program's %q", d.exec.Capture.StdoutText, out)
+	}
+	if got := d.exec.Capture.Stdout.Controls; got != 7 {
+		t.Errorf("stdout controls %d, want 7", got)
+	}
+	if got := d.exec.Capture.Stderr.Controls; got != 0 {
+		t.Errorf("stderr controls %d, want 0", got)
+	}
 }

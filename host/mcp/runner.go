@@ -14,8 +14,10 @@ type Runner interface {
 	// return the receipt (status cancelled) if it comes within a bounded
 	// wait: that receipt is how the server learns the box was removed.
 	// Errors are a *wire.Error when the guest or supervisor refused, or a
-	// transport error when contact was lost.
-	Run(ctx context.Context, r *wire.Run) (*wire.Result, error)
+	// transport error when contact was lost. A run that asks for delivery
+	// (r.Deliver) has its output files' parts passed to output, in order,
+	// before RunDeliver returns.
+	RunDeliver(ctx context.Context, r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error)
 	Close() error
 }
 

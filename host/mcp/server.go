@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/outdir"
 	"pybox/host/version"
 	"pybox/shared/wire"
 )
@@ -139,10 +141,44 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 		return refused(code, msg+". Nothing ran.")
 	}
 	defer vm.Close()
-	res, err := vm.Run(ctx, run)
+	if len(run.Data) > 0 {
+		run.MaxDataBytes = s.opts.MaxDataBytes
+	}
+	var out *outdir.Dir
+	var take func(*wire.OutputChunk)
+	if s.opts.OutputDir != "" {
+		run.Deliver = &wire.Deliver{MaxBytes: s.opts.MaxOutputDirBytes}
+		out = outdir.New(s.opts.OutputDir, run.RunID, outdir.Options{Dotfiles: s.opts.OutputDotfiles, MaxBytes: s.opts.MaxOutputDirBytes})
+		take = out.Chunk
+	}
+	res, err := vm.RunDeliver(ctx, run, take)
 	o := s.judge(run, res, err)
+	if out != nil {
+		o.Saved = saveOutput(out, o.Result)
+	}
 	s.report(ctx, run, o)
 	return o
+}
+
+// saveOutput keeps the files of the output folder that the receipt lists
+// as delivered, or, when there is no receipt, removes what came.
+func saveOutput(out *outdir.Dir, res *wire.Result) *savedOut {
+	if res == nil {
+		out.Abort()
+		return nil
+	}
+	files, notes := out.Finish(res.Receipt.Output.Delivered)
+	so := &savedOut{Dir: out.Path(), Files: files, NotWritten: notes}
+	if len(so.Files) > maxSavedListed {
+		so.More, so.Files = len(so.Files)-maxSavedListed, so.Files[:maxSavedListed]
+	}
+	if len(so.NotWritten) > wire.MaxListedNotReturned {
+		so.NotWritten = append(so.NotWritten[:wire.MaxListedNotReturned], fmt.Sprintf("… and %d more", len(so.NotWritten)-wire.MaxListedNotReturned))
+	}
+	if len(so.Files) == 0 && so.More == 0 {
+		so.Dir = "" // nothing was written: the run's directory was not kept
+	}
+	return so
 }
 
 // judge turns what Run returned into an outcome, trusting the guest no

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -566,4 +568,102 @@ func TestPanicIsAnErrorResult(t *testing.T) {
 		}
 	}
 	log.waitLog(t, "boom")
+}
+
+// The tool's description tells the agent that pictures come back as
+// images, with the bound on their size.
+func TestToolDescriptionMentionsImages(t *testing.T) {
+	cs := startSession(t, DefaultOptions(), newFakeVM(), testLimits()).client("")
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := list.Tools[0].Description
+	for _, want := range []string{"/tmp/output/", "return_files", "come back as images", "PNG, JPEG, GIF or WebP", "at most 2000 px on a side"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("the description does not say %q: %s", want, d)
+		}
+	}
+}
+
+// Data folders: the schema offers exactly the server's, a call names them,
+// the VM is asked for them with the server's byte bound, and a folder the
+// server does not allow (or any, when it allows none) is refused before
+// anything runs.
+func TestDataFolders(t *testing.T) {
+	vm := newFakeVM()
+	o := Options{Images: []string{"stdlib"}, MaxTimeout: 5, Data: []string{"sales", "logs"}, MaxDataBytes: 1 << 20}
+	cs := startSession(t, o, vm, testLimits()).client("")
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(list.Tools[0].InputSchema)
+	if !strings.Contains(string(b), `"data":{"description"`) || !strings.Contains(string(b), `"enum":["sales","logs"]`) ||
+		!strings.Contains(list.Tools[0].Description, "/data/NAME") {
+		t.Errorf("schema %s\ndescription %s", b, list.Tools[0].Description)
+	}
+	d := callTool(t, cs, map[string]any{"code": "x", "data": []string{"logs"}})
+	if d.isError {
+		t.Fatalf("%s", d.doc.Execution)
+	}
+	r := vm.Runs()[0]
+	if len(r.Data) != 1 || r.Data[0].Name != "logs" || r.MaxDataBytes != 1<<20 {
+		t.Errorf("the VM was asked for data %+v, bound %d", r.Data, r.MaxDataBytes)
+	}
+	for _, bad := range []map[string]any{
+		{"code": "x", "data": []string{"secrets"}},
+		{"code": "x", "data": []string{"logs", "logs"}},
+		{"code": "x", "data": "logs"},
+	} {
+		if d := callTool(t, cs, bad); !d.isError || d.doc.Error == nil || d.doc.Error.Code != codeInvalidArguments {
+			t.Errorf("%v: %s", bad, d.doc.Execution)
+		}
+	}
+	plain := startSession(t, DefaultOptions(), vm, testLimits()).client("")
+	if d := callTool(t, plain, map[string]any{"code": "x", "data": []string{"logs"}}); !d.isError || !strings.Contains(d.doc.Error.Message, `unknown argument "data"`) {
+		t.Errorf("a server with no data folders took data: %+v", d.doc.Error)
+	}
+	if n := len(vm.Runs()); n != 1 {
+		t.Errorf("%d runs; the refused calls must run nothing", n)
+	}
+}
+
+// The output folder: what the VM delivers is saved in DIR/<run_id>/ and
+// the result lists it; the model's content is what it would be without.
+func TestOutputDir(t *testing.T) {
+	vm := newFakeVM()
+	big := strings.Repeat("r", 300<<10) // far over what a result may carry
+	vm.deliver = func(r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error) {
+		if r.Deliver == nil || r.Deliver.MaxBytes != 1<<20 {
+			return nil, fmt.Errorf("deliver %+v", r.Deliver)
+		}
+		for off := 0; off < len(big); off += wire.MaxOutputChunk {
+			output(&wire.OutputChunk{RunID: r.RunID, Name: "result.txt", Offset: int64(off), Data: []byte(big[off:min(off+wire.MaxOutputChunk, len(big))])})
+		}
+		rec := receipt(r.RunID, wire.StatusOK, wire.CleanupRemoved)
+		rec.Output.Delivered = []wire.FileDigest{{Name: "result.txt", Bytes: int64(len(big)), SHA256: sum([]byte(big))}}
+		return &wire.Result{Receipt: rec}, nil
+	}
+	dir := t.TempDir()
+	o := Options{Images: []string{"stdlib"}, MaxTimeout: 5, OutputDir: dir, MaxOutputDirBytes: 1 << 20}
+	cs := startSession(t, o, vm, testLimits()).client("")
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		OutputDir *savedOut `json:"output_dir"`
+		Files     any       `json:"files"`
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	json.Unmarshal(b, &doc)
+	runID := vm.Runs()[0].RunID
+	if doc.OutputDir == nil || doc.OutputDir.Dir != filepath.Join(dir, runID) || len(doc.OutputDir.Files) != 1 ||
+		doc.OutputDir.Files[0].SHA256 != sum([]byte(big)) || doc.Files != nil || len(b) > 64<<10 {
+		t.Fatalf("structured content (%d bytes): %.600s", len(b), b)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, runID, "result.txt")); string(got) != big {
+		t.Errorf("the saved file has %d bytes, want %d", len(got), len(big))
+	}
 }

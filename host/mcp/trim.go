@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/escape"
 	"pybox/shared/wire"
 )
 
@@ -38,6 +38,7 @@ const (
 func shape(o outcome) *mcp.CallToolResult {
 	t := newTrimmer(o)
 	t.trim()
+	t.showPictures()
 	return t.finish()
 }
 
@@ -50,6 +51,9 @@ type trimmer struct {
 	orig  wire.Receipt  // rec before any step
 	files []fileOut
 	ofile []fileOut
+	// raw holds the content of files[i] as the guest sent it, for the
+	// files that came with content.
+	raw   [][]byte
 	runID string
 	// Sizes at the last measure.
 	receiptBytes, resultBytes int
@@ -65,6 +69,7 @@ func newTrimmer(o outcome) *trimmer {
 	}
 	rec, cut := sanitize(&o.Result.Receipt)
 	t.rec, t.orig, t.doc.Execution = rec, *rec, rec
+	t.doc.OutputDir = o.Saved
 	if cut {
 		t.note("fields of the guest's receipt over their bounds were cut")
 	}
@@ -73,6 +78,9 @@ func newTrimmer(o outcome) *trimmer {
 	}
 	if o.ReturnFiles {
 		t.files = filesOut(&wire.Result{Receipt: *rec, Files: o.Result.Files})
+		for _, f := range o.Result.Files[:min(len(o.Result.Files), maxReturned)] {
+			t.raw = append(t.raw, f.Content)
+		}
 		t.ofile = slices.Clone(t.files)
 		t.doc.Files = &t.files
 	}
@@ -93,8 +101,7 @@ func (t *trimmer) measure() {
 
 // receiptFits measures only the receipt: the receipt's steps need no more.
 func (t *trimmer) receiptFits() bool {
-	exec, _ := json.Marshal(t.doc.Execution)
-	t.receiptBytes = len(exec)
+	t.receiptBytes = len(encodeJSON(t.doc.Execution))
 	return t.receiptBytes <= MaxReceiptBytes
 }
 
@@ -328,6 +335,7 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 	// A stream keeps at most max_output_bytes, and that is at most 8 KiB.
 	r.Capture.StdoutText = cutUTF8(r.Capture.StdoutText, wire.MaxOutputBytes)
 	r.Capture.StderrText = cutUTF8(r.Capture.StderrText, wire.MaxOutputBytes)
+	escape.MarkCapture(&r.Capture)
 	cut = cut || len(r.Capture.StdoutText) != len(in.Capture.StdoutText) || len(r.Capture.StderrText) != len(in.Capture.StderrText)
 	r.InputFiles = digests(in.InputFiles, wire.MaxInputFiles, s)
 	r.Output.Returned = digests(in.Output.Returned, maxReturned, s)
@@ -346,6 +354,23 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 		s(&n.SHA256, maxShortString)
 		r.Output.NotReturned = append(r.Output.NotReturned, n)
 	}
+	r.Overruns = cutStrings(in.Overruns, maxTextString, s)
+	r.Output.Delivered = digests(in.Output.Delivered, maxReturned, s)
+	r.Output.NotDelivered = nil
+	for _, n := range in.Output.NotDelivered[:min(len(in.Output.NotDelivered), wire.MaxListedNotReturned)] {
+		n.Name = safeName(n.Name)
+		s(&n.Reason, maxShortString)
+		r.Output.NotDelivered = append(r.Output.NotDelivered, n)
+	}
+	r.Data = nil
+	for _, d := range in.Data[:min(len(in.Data), wire.MaxDataFolders)] {
+		s(&d.Name, maxShortString)
+		s(&d.HostPath, maxTextString)
+		s(&d.Digest, maxShortString)
+		d.LeftOut = cutStrings(d.LeftOut[:min(len(d.LeftOut), 8)], maxShortString, s)
+		r.Data = append(r.Data, d)
+	}
+	cut = cut || len(in.Overruns) > maxListed
 	if in.Posture != nil {
 		p := *in.Posture
 		s(&p.CapEff, maxShortString)

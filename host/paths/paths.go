@@ -54,6 +54,17 @@ func (v VM) ConsoleLog() string { return v.path("console.log") }
 // SupervisorLog is the supervisor's own log (its stderr).
 func (v VM) SupervisorLog() string { return v.path("supervisor.log") }
 
+// DataDir holds the VM's copies of the data folders, one directory each
+// (host/mirror); they are removed when the VM stops.
+func (v VM) DataDir() string { return v.path("data") }
+
+// DataMirror is the copy of data folder name.
+func (v VM) DataMirror(name string) string { return filepath.Join(v.DataDir(), name) }
+
+// LastExit says why the supervisor last stopped the VM on its own (a
+// guest that could not be kept running); a start removes it.
+func (v VM) LastExit() string { return v.path("last-exit.json") }
+
 // State is state.json, written by the supervisor while the VM runs.
 func (v VM) State() string { return v.path("state.json") }
 
@@ -77,6 +88,48 @@ func (v VM) Ensure() error {
 	return v.Check()
 }
 
+// CheckSocket checks what a client trusts before it dials the supervisor:
+// the home directory, owned by the current user and writable by nobody
+// else (so that nobody can swap vm/ for a directory of their own), the
+// VM directory (see Check), and the socket itself, a socket owned by the
+// current user and private to them. The client then checks the peer's
+// uid on the connection too.
+func (v VM) CheckSocket() error {
+	home := filepath.Dir(v.Dir)
+	fi, err := os.Lstat(home)
+	if err != nil {
+		return fmt.Errorf("paths: %w", err)
+	}
+	if err := ownedPrivately(home, fi, 0o022, "chmod go-w "+home); err != nil {
+		return err
+	}
+	if err := v.Check(); err != nil {
+		return err
+	}
+	fi, err = os.Lstat(v.Socket())
+	if err != nil {
+		return err // not there: the caller says the VM is not running
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("paths: %s is not a socket: remove it, then start the VM again", v.Socket())
+	}
+	return ownedPrivately(v.Socket(), fi, 0o077, "pybox vm stop; pybox vm start")
+}
+
+// ownedPrivately checks that fi (of path) belongs to the current user and
+// grants none of the permission bits in deny; fix says what to run if it
+// does.
+func ownedPrivately(path string, fi os.FileInfo, deny os.FileMode, fix string) error {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("paths: %s belongs to uid %d, not to you (uid %d): remove it, or set %s elsewhere",
+			path, st.Uid, os.Getuid(), EnvHome)
+	}
+	if perm := fi.Mode().Perm(); perm&deny != 0 {
+		return fmt.Errorf("paths: %s has mode %04o; it must be private to you: run `%s`", path, perm, fix)
+	}
+	return nil
+}
+
 // Check checks that the VM directory is a directory (not a link), owned by
 // the current user, with no access for group or others, and that socket
 // paths in it fit a unix socket address.
@@ -88,12 +141,8 @@ func (v VM) Check() error {
 	if !fi.IsDir() {
 		return fmt.Errorf("paths: %s is not a directory: remove it, or set %s elsewhere", v.Dir, EnvHome)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("paths: %s belongs to uid %d, not to you (uid %d): remove it, or set %s elsewhere",
-			v.Dir, st.Uid, os.Getuid(), EnvHome)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("paths: %s has mode %04o; it must be private to you: run `chmod 700 %s`", v.Dir, perm, v.Dir)
+	if err := ownedPrivately(v.Dir, fi, 0o077, "chmod 700 "+v.Dir); err != nil {
+		return err
 	}
 	if n := len(v.ConsoleSocket()); n > maxSocketPath {
 		return fmt.Errorf("paths: socket path %s is %d bytes, longer than a unix socket allows (%d): set %s to a shorter path",

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"pybox/host/client"
+	"pybox/host/escape"
 	"pybox/host/paths"
 	"pybox/host/vm"
+	"pybox/shared/wire"
 )
 
 // ErrRunning is returned by Start when a VM runs (or boots) already.
@@ -30,6 +32,9 @@ type StartOptions struct {
 	Command []string
 	// Say receives progress lines.
 	Say func(string)
+	// Exited, when set, receives the supervisor's exit status once it
+	// ends (see Foreground); -1 when a signal killed it.
+	Exited chan<- int
 }
 
 // StartError is a start that failed; ConsoleTail is the end of the
@@ -64,6 +69,7 @@ func Start(ctx context.Context, o StartOptions) (*State, error) {
 	// Held until the supervisor has its own copy: no other start can slip in.
 	defer lock.Close()
 	cleanup(d, nil)
+	os.Remove(d.LastExit())
 	// The images were verified (superblock and sha256) when they were
 	// resolved from the store, or hashed just now for --image-file.
 	b, err := json.Marshal(startConfig{Home: o.Home, Accel: o.Accel, VM: o.VM})
@@ -73,7 +79,7 @@ func Start(ctx context.Context, o StartOptions) (*State, error) {
 	if err := writeFileAtomic(d.Config(), b); err != nil {
 		return nil, err
 	}
-	events, pid, err := spawn(d, o.Command, lock)
+	events, pid, err := spawn(d, o.Command, lock, o.Exited)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +89,7 @@ func Start(ctx context.Context, o StartOptions) (*State, error) {
 
 // spawn starts the supervisor in its own session, with the lock and the
 // write end of the events pipe as descriptors 3 and 4.
-func spawn(d paths.VM, command []string, lock *os.File) (*os.File, int, error) {
+func spawn(d paths.VM, command []string, lock *os.File, exited chan<- int) (*os.File, int, error) {
 	if len(command) == 0 {
 		return nil, 0, errors.New("supervisor: no command to start the supervisor with")
 	}
@@ -110,8 +116,13 @@ func spawn(d paths.VM, command []string, lock *os.File) (*os.File, int, error) {
 		return nil, 0, fmt.Errorf("supervisor: starting %s: %w", command[0], err)
 	}
 	pid := cmd.Process.Pid
-	// Reap it if it ends while we wait; after that, init does.
-	go cmd.Wait()
+	// Reap it if it ends while this process lives; after that, init does.
+	go func() {
+		cmd.Wait()
+		if exited != nil {
+			exited <- cmd.ProcessState.ExitCode()
+		}
+	}()
 	return r, pid, nil
 }
 
@@ -208,11 +219,13 @@ type Status struct {
 	Phase   string `json:"phase,omitempty"`
 	State   *State `json:"state,omitempty"`
 	UptimeS int64  `json:"uptime_s,omitempty"`
-	// Agent says whether the guest answered a ping just now.
-	Agent   string   `json:"agent,omitempty"`
-	PingMS  float64  `json:"ping_ms,omitempty"`
-	Cleaned []string `json:"cleaned,omitempty"`
-	Note    string   `json:"note,omitempty"`
+	// Agent says whether the guest answered a ping just now, and
+	// Guest what it said it is doing.
+	Agent   string            `json:"agent,omitempty"`
+	PingMS  float64           `json:"ping_ms,omitempty"`
+	Guest   *wire.AgentStatus `json:"guest,omitempty"`
+	Cleaned []string          `json:"cleaned,omitempty"`
+	Note    string            `json:"note,omitempty"`
 }
 
 // GetStatus looks at the VM: a VM whose QEMU died is reported as not
@@ -231,14 +244,14 @@ func GetStatus(home string) (*Status, error) {
 	}
 	if free {
 		defer lock.Close()
-		return &Status{Cleaned: cleanup(d, nil)}, nil
+		return &Status{Cleaned: cleanup(d, nil), Note: lastExitNote(d)}, nil
 	}
 	st, err := ReadState(d)
 	if err != nil || st == nil {
 		return &Status{Running: true, Phase: PhaseBooting, Note: "the supervisor is starting"}, nil
 	}
 	s := &Status{Running: true, Phase: st.Phase, State: st, UptimeS: int64(time.Since(st.StartedAt).Seconds())}
-	if st.Phase == PhaseBooting {
+	if st.Phase == PhaseBooting || st.Phase == PhaseRestarting {
 		return s, nil
 	}
 	// QEMUPid is 0 where the VM runs inside the supervisor (vz): then the
@@ -246,8 +259,15 @@ func GetStatus(home string) (*Status, error) {
 	if st.QEMUPid != 0 && !vm.Alive(st.QEMUPid, vm.PidFile(d.Dir)) {
 		return reapDead(d, st), nil
 	}
-	s.Agent, s.PingMS = ping(home)
+	s.Agent, s.PingMS, s.Guest = ping(home)
 	return s, nil
+}
+
+func lastExitNote(d paths.VM) string {
+	if why := readLastExit(d); why != "" {
+		return "the supervisor stopped the VM " + why
+	}
+	return ""
 }
 
 // reapDead handles a supervisor whose QEMU is gone: it normally exits by
@@ -263,19 +283,20 @@ func reapDead(d paths.VM, st *State) *Status {
 	return s
 }
 
-func ping(home string) (string, float64) {
+func ping(home string) (string, float64, *wire.AgentStatus) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := client.DialContext(ctx, home)
 	if err != nil {
-		return "not answering: " + err.Error(), 0
+		return "not answering: " + err.Error(), 0, nil
 	}
 	defer c.Close()
 	t0 := time.Now()
-	if err := c.Ping(ctx); err != nil {
-		return "not answering: " + err.Error(), 0
+	st, err := c.Status(ctx)
+	if err != nil {
+		return "not answering: " + err.Error(), 0, nil
 	}
-	return "answering", float64(time.Since(t0).Microseconds()) / 1000
+	return "answering", float64(time.Since(t0).Microseconds()) / 1000, st
 }
 
 // Stop powers the VM off cleanly and waits until it is gone; if the guest
@@ -296,7 +317,7 @@ func Stop(home string, limit time.Duration, say func(string)) (bool, error) {
 		return false, nil
 	}
 	st, _ := ReadState(d)
-	if st == nil || st.Phase == PhaseBooting {
+	if st == nil || st.Phase == PhaseBooting || st.Phase == PhaseRestarting {
 		// Booting: the supervisor stops QEMU on SIGTERM.
 		if st != nil {
 			syscall.Kill(st.SupervisorPid, syscall.SIGTERM)
@@ -362,17 +383,4 @@ func logTail(path string, n int) []string {
 
 // Printable escapes control characters (terminal escape sequences from
 // the guest among them) so that a line is safe to print.
-func Printable(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\t':
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
-			fmt.Fprintf(&b, "\\x%02x", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
+func Printable(s string) string { return escape.Line(s) }

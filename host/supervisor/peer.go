@@ -43,8 +43,15 @@ func (c *peer) write() {
 	}
 }
 
-// send queues m for the client. It never blocks.
-func (c *peer) send(m *wire.Message) {
+// send queues m for the client. It never blocks: a client whose queue is
+// full is dropped.
+func (c *peer) send(m *wire.Message) { c.queue(m, 0) }
+
+// sendWait queues m for the client, waiting up to d for room in the
+// queue; a client that makes no room in that time is dropped.
+func (c *peer) sendWait(m *wire.Message, d time.Duration) { c.queue(m, d) }
+
+func (c *peer) queue(m *wire.Message, wait time.Duration) {
 	p, err := wire.Encode(m)
 	if err == nil && len(p) > frame.Max {
 		// Re-encoding can grow a message the guest sent within bounds
@@ -64,12 +71,22 @@ func (c *peer) send(m *wire.Message) {
 	}
 	select {
 	case c.out <- p:
+		return
 	default:
-		c.logf("client: not reading its answers: disconnected")
-		c.closed = true
-		close(c.out)
-		c.nc.Close()
 	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case c.out <- p:
+			return
+		case <-t.C:
+		}
+	}
+	c.logf("client: not reading its answers: disconnected")
+	c.closed = true
+	close(c.out)
+	c.nc.Close()
 }
 
 func cleanupOf(m *wire.Message) *wire.Cleanup {

@@ -14,13 +14,24 @@ import (
 	"pybox/shared/wire"
 )
 
-// Bounds on what clients may hold in the supervisor.
+// Bounds on what clients may hold in the supervisor, and on how long it
+// waits for the guest.
 const (
 	maxClients       = 32
 	maxPending       = 16 // requests in flight per client
+	maxPendingAll    = 256
 	clientQueue      = maxPending + 4
 	clientWriteLimit = 10 * time.Second // a client that does not read for this long is dropped
+	// requestLimit is how long an answer to anything but a run may take;
+	// a run's is wire.HostDeadline of its timeout.
+	requestLimit = 30 * time.Second
+	sweepEvery   = time.Second
 )
+
+// guestWriteLimit: a guest that does not take a frame for this long is
+// wedged; the frame may be half written, so the channel is closed. (A
+// variable for the tests.)
+var guestWriteLimit = 10 * time.Second
 
 // answers says which replies the guest may give to each request type.
 var answers = map[string][]string{
@@ -49,14 +60,43 @@ type Relay struct {
 	gone     error // why the guest can take no more requests (stopped, stopping)
 	dropped  int   // answers nobody asked for, for log throttling
 	stopping bool
+	ran      chan struct{} // closed once Run has answered what was in flight
+	// silent is set by the supervisor's health check while the guest
+	// does not answer its pings: runs are refused at once meanwhile.
+	silent string
+	// prepare, when set, readies what a run that names data folders
+	// needs (their copies brought up to date) before it is sent; it runs
+	// only while no other run is in flight, as preparing says.
+	prepare   func(*wire.Run) *wire.Error
+	preparing bool
 }
+
+// SetPrepare sets what readies a run that names data folders (see
+// Relay.prepare).
+func (r *Relay) SetPrepare(f func(*wire.Run) *wire.Error) { r.prepare = f }
 
 // pending is a request on its way through the guest.
 type pending struct {
-	c     *peer  // nil when the supervisor asked, or the client left
-	id    uint64 // the client's ID
-	typ   string
-	runID string
+	c       *peer  // nil when the supervisor asked, or the client left
+	id      uint64 // the client's ID
+	typ     string
+	runID   string
+	expires time.Time
+	deliver bool // a run that asked for its output streamed (Run.Deliver)
+	// reply, when set, takes the answer instead of a client: the
+	// supervisor's own requests (its health pings).
+	reply chan *wire.Message
+}
+
+// newPending is a request of m's type from c, with its expiry.
+func newPending(c *peer, m *wire.Message) *pending {
+	p := &pending{c: c, id: m.ID, typ: m.Type, expires: time.Now().Add(requestLimit)}
+	if m.Run != nil {
+		p.runID = m.Run.RunID
+		p.expires = time.Now().Add(m.Run.HostDeadline())
+		p.deliver = m.Run.Deliver != nil
+	}
+	return p
 }
 
 // NewRelay relays for a guest that has said hello.
@@ -67,6 +107,7 @@ func NewRelay(guest net.Conn, hello wire.Hello, logf func(string, ...any)) *Rela
 		logf:    logf,
 		pending: map[uint64]*pending{},
 		clients: map[*peer]bool{},
+		ran:     make(chan struct{}),
 	}
 }
 
@@ -95,7 +136,8 @@ func Handshake(ctx context.Context, guest net.Conn) (wire.Hello, error) {
 	case m.Type != wire.TypeHello || m.ID != 1:
 		return wire.Hello{}, fmt.Errorf("the guest answered hello with %s (id %d)", m.Type, m.ID)
 	case m.Hello.Protocol != wire.ProtocolVersion:
-		return wire.Hello{}, fmt.Errorf("the guest speaks protocol %d, this host %d: rebuild the initramfs with this version (make)",
+		return wire.Hello{}, fmt.Errorf("the guest speaks protocol %d, this pybox %d: its initramfs is not this pybox's "+
+			"(`pybox version` shows which it boots): install the guest files of this pybox (`make install`, or the release bundle's lib/) or rebuild them (`make`)",
 			m.Hello.Protocol, wire.ProtocolVersion)
 	}
 	return *m.Hello, nil
@@ -106,9 +148,67 @@ func Handshake(ctx context.Context, guest net.Conn) (wire.Hello, error) {
 // with an error and new ones are refused. The returned error says why the
 // channel ended; a malformed frame is an error the VM cannot recover from.
 func (r *Relay) Run() error {
+	defer close(r.ran)
+	stop := make(chan struct{})
+	defer close(stop)
+	go r.sweep(stop)
 	err := r.readGuest()
+	r.mu.Lock()
+	if r.gone != nil {
+		// A write that timed out, or why the guest was abandoned, says
+		// more than the closed channel.
+		err = r.gone
+	}
+	r.mu.Unlock()
 	r.fail(err)
 	return err
+}
+
+// sweep answers the requests the guest has not answered in time, so that
+// neither a wedged guest nor clients that left can fill the table.
+func (r *Relay) sweep(stop <-chan struct{}) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			r.expire(now)
+		}
+	}
+}
+
+func (r *Relay) expire(now time.Time) {
+	r.mu.Lock()
+	var late []*pending
+	for id, p := range r.pending {
+		if now.After(p.expires) {
+			late = append(late, p)
+			delete(r.pending, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range late {
+		r.logf("the guest did not answer %s %s in time: given up", p.typ, p.runID)
+		msg, cleanup := fmt.Sprintf("the guest did not answer %s in time", p.typ), (*wire.Cleanup)(nil)
+		if p.typ == wire.TypeRun {
+			msg = fmt.Sprintf("no receipt for run %s within its bound: the guest is not answering; see `pybox vm status`", p.runID)
+			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown, Detail: "no receipt came back"}
+		}
+		r.answer(p, errorMessage(wire.ErrNoReceipt, msg, cleanup))
+	}
+}
+
+// answer hands m to whoever asked p.
+func (r *Relay) answer(p *pending, m *wire.Message) {
+	switch {
+	case p.reply != nil:
+		p.reply <- m
+	case p.c != nil:
+		m.ID = p.id
+		p.c.send(m)
+	}
 }
 
 func (r *Relay) readGuest() error {
@@ -128,6 +228,10 @@ func (r *Relay) readGuest() error {
 // answer must match a request in flight and be of a type that request
 // allows, else it is logged and dropped.
 func (r *Relay) deliver(m *wire.Message) {
+	if m.Type == wire.TypeOutput {
+		r.deliverOutput(m)
+		return
+	}
 	r.mu.Lock()
 	p := r.pending[m.ID]
 	delete(r.pending, m.ID)
@@ -143,12 +247,34 @@ func (r *Relay) deliver(m *wire.Message) {
 		r.logf("the guest answered run %s with the receipt of run %q: dropped", p.runID, m.Result.Receipt.RunID)
 		m = errorMessage(wire.ErrProtocol, "the guest answered with another run's receipt", &wire.Cleanup{Status: wire.CleanupUnknown})
 	}
-	if p.c == nil {
+	if p.c == nil && p.reply == nil {
 		r.logOrphan(p, m)
 		return
 	}
+	r.answer(p, m)
+}
+
+// deliverOutput passes on part of a delivered file: only for a run in
+// flight that asked for delivery, and only of that run. The run stays in
+// flight. The client takes it within clientWriteLimit or is dropped;
+// waiting for it holds the guest's reader, which is how the guest is
+// slowed to what the client can write.
+func (r *Relay) deliverOutput(m *wire.Message) {
+	r.mu.Lock()
+	p := r.pending[m.ID]
+	r.mu.Unlock()
+	switch {
+	case p == nil || p.typ != wire.TypeRun || !p.deliver:
+		r.logDropped("the guest sent output for id %d, which is no run in flight that asked for it: dropped", m.ID)
+		return
+	case m.Output.RunID != p.runID:
+		r.logDropped("the guest sent output of run %q for run %s: dropped", m.Output.RunID, p.runID)
+		return
+	case p.c == nil:
+		return // the client left; the run's cancel is on its way
+	}
 	m.ID = p.id
-	p.c.send(m)
+	p.c.sendWait(m, clientWriteLimit)
 }
 
 func allowed(req, reply string) bool {
@@ -194,29 +320,43 @@ func (r *Relay) fail(cause error) {
 	r.pending = map[uint64]*pending{}
 	r.mu.Unlock()
 	for _, p := range ps {
-		if p.c == nil {
-			continue
-		}
 		var cleanup *wire.Cleanup
 		if p.typ == wire.TypeRun {
 			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the VM stopped during the run"}
 		}
-		m := errorMessage(wire.ErrNoVM, "the VM stopped: "+cause.Error(), cleanup)
-		m.ID = p.id
-		p.c.send(m)
+		r.answer(p, errorMessage(wire.ErrNoVM, "the VM stopped: "+cause.Error(), cleanup))
 	}
 }
 
-// Close ends the guest channel and every client connection.
+// Abandon gives up on the guest for why: the channel is closed, and
+// every request in flight is answered with why (once Run sees it).
+func (r *Relay) Abandon(why error) {
+	r.mu.Lock()
+	if r.gone == nil {
+		r.gone = why
+	}
+	r.mu.Unlock()
+	r.guest.Close()
+}
+
+// Close ends the guest channel and every client connection. Clients get
+// what was queued for them first (the answers to their requests in
+// flight), for a moment.
 func (r *Relay) Close() {
 	r.guest.Close()
+	select {
+	case <-r.ran:
+	case <-time.After(time.Second): // Run was never started, or is stuck
+	}
 	r.mu.Lock()
 	cs := r.clients
 	r.clients = map[*peer]bool{}
 	r.mu.Unlock()
+	var wg sync.WaitGroup
 	for c := range cs {
-		c.close()
+		wg.Go(c.closeAfterSend)
 	}
+	wg.Wait()
 }
 
 // Serve accepts clients on l until l is closed.
@@ -308,16 +448,13 @@ func (r *Relay) request(c *peer, m *wire.Message) bool {
 
 // forward sends a client's request to the guest under a new ID.
 func (r *Relay) forward(c *peer, m *wire.Message) {
-	p := &pending{c: c, id: m.ID, typ: m.Type}
-	if m.Run != nil {
-		p.runID = m.Run.RunID
-	}
+	p := newPending(c, m)
 	var notSent *wire.Cleanup
 	if m.Type == wire.TypeRun {
 		notSent = &wire.Cleanup{Status: wire.CleanupNotAttempted}
 	}
 	r.mu.Lock()
-	gone, stopping := r.gone, r.stopping
+	gone, stopping, all, silent := r.gone, r.stopping, len(r.pending), r.silent
 	inFlight := 0
 	for _, q := range r.pending {
 		if q.c == c {
@@ -336,15 +473,63 @@ func (r *Relay) forward(c *peer, m *wire.Message) {
 	case inFlight >= maxPending:
 		c.sendErr(m.ID, wire.ErrBusy, fmt.Sprintf("%d requests in flight on this connection; wait for answers", maxPending), notSent)
 		return
+	case silent != "" && m.Type == wire.TypeRun:
+		c.sendErr(m.ID, wire.ErrUnhealthy, "the guest is "+silent+"; the supervisor restarts it if it stays so: try again in a minute, or see `pybox vm status`", notSent)
+		return
+	case all >= maxPendingAll:
+		c.sendErr(m.ID, wire.ErrBusy, fmt.Sprintf("%d requests are waiting for the guest; try again shortly", maxPendingAll), notSent)
+		return
 	}
 	if m.Type == wire.TypeShutdown {
 		r.mu.Lock()
 		r.stopping = true
 		r.mu.Unlock()
 	}
+	if m.Type == wire.TypeRun && len(m.Run.Data) > 0 {
+		if e := r.prepareData(m.Run); e != nil {
+			c.sendErr(m.ID, e.Code, e.Message, notSent)
+			return
+		}
+		defer r.donePreparing()
+	}
 	if err := r.send(p, m); err != nil {
 		c.sendErr(m.ID, wire.ErrNoVM, "the VM is not reachable: "+err.Error(), notSent)
 	}
+}
+
+// prepareData readies a run that names data folders. Their copies must
+// not change under a run that reads them, so this waits for nothing: with
+// another run in flight (or being readied), the run is busy, as the
+// guest would say. The caller must call donePreparing once the run is
+// sent (and so in flight) or refused.
+func (r *Relay) prepareData(run *wire.Run) *wire.Error {
+	r.mu.Lock()
+	busy := r.preparing
+	for _, q := range r.pending {
+		busy = busy || q.typ == wire.TypeRun
+	}
+	if !busy {
+		r.preparing = true
+	}
+	r.mu.Unlock()
+	if busy {
+		return &wire.Error{Code: wire.ErrBusy, Message: "another run is in progress; nothing was queued: try again when it has finished"}
+	}
+	if r.prepare == nil {
+		r.donePreparing()
+		return &wire.Error{Code: wire.ErrNoData, Message: "this VM has no data folders: start it with `pybox vm start --data NAME=DIR`"}
+	}
+	if e := r.prepare(run); e != nil {
+		r.donePreparing()
+		return e
+	}
+	return nil
+}
+
+func (r *Relay) donePreparing() {
+	r.mu.Lock()
+	r.preparing = false
+	r.mu.Unlock()
 }
 
 // send registers p and writes m to the guest under a fresh ID.
@@ -357,6 +542,7 @@ func (r *Relay) send(p *pending, m *wire.Message) error {
 	out := *m
 	out.ID = id
 	r.wmu.Lock()
+	r.guest.SetWriteDeadline(time.Now().Add(guestWriteLimit))
 	err := writeMessage(r.guest, &out)
 	r.wmu.Unlock()
 	if err != nil {
@@ -364,7 +550,63 @@ func (r *Relay) send(p *pending, m *wire.Message) error {
 		delete(r.pending, id)
 		r.mu.Unlock()
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Part of the frame may be out: the stream cannot go on. Closing
+		// it ends Run, and every request in flight is answered.
+		r.mu.Lock()
+		if r.gone == nil {
+			r.gone = fmt.Errorf("%w: the guest did not take a frame within %v", ErrWedged, guestWriteLimit)
+		}
+		r.mu.Unlock()
+		r.guest.Close()
+	}
 	return err
+}
+
+// SetSilent says the guest is not answering (how, for the refusal), or
+// with "" that it answers again.
+func (r *Relay) SetSilent(how string) {
+	r.mu.Lock()
+	r.silent = how
+	r.mu.Unlock()
+}
+
+// ErrWedged is why a guest channel ends when the guest stopped taking or
+// answering frames.
+var ErrWedged = errors.New("the guest is wedged")
+
+// Ping asks the guest for a pong, within ctx, for the supervisor's own
+// health check, and returns what the agent says it is doing.
+func (r *Relay) Ping(ctx context.Context) (*wire.AgentStatus, error) {
+	p := &pending{typ: wire.TypePing, expires: time.Now().Add(requestLimit), reply: make(chan *wire.Message, 1)}
+	r.mu.Lock()
+	gone := r.gone
+	r.mu.Unlock()
+	if gone != nil {
+		return nil, gone
+	}
+	if err := r.send(p, &wire.Message{Type: wire.TypePing}); err != nil {
+		return nil, err
+	}
+	select {
+	case m := <-p.reply:
+		if m.Type == wire.TypeError {
+			return nil, m.Error
+		}
+		if m.Status == nil {
+			return &wire.AgentStatus{}, nil
+		}
+		return m.Status, nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		for id, q := range r.pending {
+			if q == p {
+				delete(r.pending, id)
+			}
+		}
+		r.mu.Unlock()
+		return nil, ctx.Err()
+	}
 }
 
 // leave forgets a client. A run it was waiting for is cancelled: nobody
@@ -390,10 +632,18 @@ func (r *Relay) leave(c *peer) {
 	for _, id := range runs {
 		r.logf("client left during run %s: cancelling it", id)
 		cancel := &wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: id}}
-		if err := r.send(&pending{typ: wire.TypeCancel, runID: id}, cancel); err != nil {
+		if err := r.send(&pending{typ: wire.TypeCancel, runID: id, expires: time.Now().Add(requestLimit)}, cancel); err != nil {
 			r.logf("cancelling run %s: %v", id, err)
 		}
 	}
+}
+
+// Stopping reports whether the VM was asked to power off, by a client's
+// shutdown or by Shutdown.
+func (r *Relay) Stopping() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopping
 }
 
 // Shutdown asks the guest to power off, as a client would.
@@ -405,7 +655,7 @@ func (r *Relay) Shutdown() error {
 	if gone != nil {
 		return gone
 	}
-	return r.send(&pending{typ: wire.TypeShutdown}, &wire.Message{Type: wire.TypeShutdown})
+	return r.send(&pending{typ: wire.TypeShutdown, expires: time.Now().Add(requestLimit)}, &wire.Message{Type: wire.TypeShutdown})
 }
 
 func errorMessage(code, msg string, cleanup *wire.Cleanup) *wire.Message {

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -433,4 +434,129 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 	t.Fatal("condition not met in 5 s")
+}
+
+// A guest that reads requests but never answers: each request expires
+// with its own deadline (a run's cleanup UNKNOWN), so neither the call
+// nor the table of pending requests waits on it; other clients are
+// still served.
+func TestGuestStopsAnswering(t *testing.T) {
+	h := newHarness(t)
+	a := h.connect()
+	h.hello(a)
+	send(t, a, &wire.Message{Type: wire.TypeRun, ID: 3, Run: testRun("r-deaf")})
+	recv(t, h.guest) // taken, never answered
+	h.relay.expire(time.Now().Add(wire.HostDeadline(2) - time.Second))
+	a.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := readMessage(a); err == nil {
+		t.Fatal("the run expired before its deadline")
+	}
+	h.relay.expire(time.Now().Add(wire.HostDeadline(2) + time.Second))
+	m := recv(t, a)
+	if m.Type != wire.TypeError || m.ID != 3 || m.Error.Code != wire.ErrNoReceipt ||
+		m.Error.Cleanup == nil || m.Error.Cleanup.Status != wire.CleanupUnknown {
+		t.Fatalf("the expired run was answered %+v", m)
+	}
+	h.relay.mu.Lock()
+	left := len(h.relay.pending)
+	h.relay.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d requests left pending", left)
+	}
+	b := h.connect()
+	h.hello(b)
+	send(t, b, &wire.Message{Type: wire.TypePing, ID: 4})
+	g := recv(t, h.guest)
+	send(t, h.guest, &wire.Message{Type: wire.TypePong, ID: g.ID})
+	if m := recv(t, b); m.Type != wire.TypePong || m.ID != 4 {
+		t.Fatalf("ping answered %+v", m)
+	}
+}
+
+// A guest that stops reading: the write to it times out, the channel is
+// closed as wedged (a frame may be half written), the request that could
+// not be sent is refused as never started, and every later one fails at
+// once instead of hanging.
+func TestGuestStopsReading(t *testing.T) {
+	defer func(d time.Duration) { guestWriteLimit = d }(guestWriteLimit)
+	guestWriteLimit = 200 * time.Millisecond
+	h := newHarness(t)
+	a := h.connect()
+	h.hello(a)
+	t0 := time.Now()
+	send(t, a, &wire.Message{Type: wire.TypeRun, ID: 5, Run: testRun("r-stuck")})
+	m := recv(t, a)
+	if m.Type != wire.TypeError || m.ID != 5 || m.Error.Cleanup == nil || m.Error.Cleanup.Status != wire.CleanupNotAttempted {
+		t.Fatalf("the unsent run was answered %+v", m)
+	}
+	if took := time.Since(t0); took > 3*time.Second {
+		t.Errorf("the answer took %v", took)
+	}
+	select {
+	case err := <-h.runErr:
+		if !errors.Is(err, ErrWedged) {
+			t.Errorf("Run ended with %v, want ErrWedged", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the relay did not end")
+	}
+	b := h.connect()
+	h.hello(b)
+	send(t, b, &wire.Message{Type: wire.TypePing, ID: 6})
+	if m := recv(t, b); m.Type != wire.TypeError || m.Error.Code != wire.ErrNoVM {
+		t.Fatalf("a ping to a wedged guest was answered %+v", m)
+	}
+}
+
+// The supervisor's own ping gets the agent's status back.
+func TestSupervisorPing(t *testing.T) {
+	h := newHarness(t)
+	go func() {
+		g, err := readMessage(h.guest)
+		if err != nil {
+			return
+		}
+		writeMessage(h.guest, &wire.Message{Type: wire.TypePong, ID: g.ID, Status: &wire.AgentStatus{Health: "healthy",
+			Run: &wire.RunProgress{RunID: "r7", Phase: "output", PhaseMS: 1200}}})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := h.relay.Ping(ctx)
+	if err != nil || st.Run == nil || st.Run.Phase != "output" {
+		t.Fatalf("Ping = %+v, %v", st, err)
+	}
+	// Unanswered, a ping ends with its context.
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	go readMessage(h.guest)
+	if _, err := h.relay.Ping(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an unanswered Ping = %v", err)
+	}
+}
+
+// While the health check finds the guest silent, runs are refused at once
+// (never started), and pings still go through to probe it.
+func TestSilentGuestRefusesRuns(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	h.relay.SetSilent("not answering since a moment ago")
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 8, Run: testRun("r-silent")})
+	m := recv(t, c)
+	if m.Type != wire.TypeError || m.Error.Code != wire.ErrUnhealthy || !strings.Contains(m.Error.Message, "not answering") ||
+		m.Error.Cleanup == nil || m.Error.Cleanup.Status != wire.CleanupNotAttempted {
+		t.Fatalf("a run to a silent guest was answered %+v", m)
+	}
+	send(t, c, &wire.Message{Type: wire.TypePing, ID: 9})
+	g := recv(t, h.guest)
+	if g.Type != wire.TypePing {
+		t.Fatalf("the guest got %+v, want the ping", g)
+	}
+	h.relay.SetSilent("")
+	send(t, h.guest, &wire.Message{Type: wire.TypePong, ID: g.ID})
+	recv(t, c)
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 10, Run: testRun("r-again")})
+	if g := recv(t, h.guest); g.Type != wire.TypeRun {
+		t.Fatalf("the guest got %+v, want the run", g)
+	}
 }

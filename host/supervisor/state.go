@@ -3,6 +3,7 @@ package supervisor
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -12,8 +13,9 @@ import (
 
 // Phases of a VM in state.json.
 const (
-	PhaseBooting = "booting"
-	PhaseRunning = "running"
+	PhaseBooting    = "booting"
+	PhaseRunning    = "running"
+	PhaseRestarting = "restarting" // the guest was wedged; it boots again
 )
 
 // State is state.json: what the supervisor runs, for `pybox vm status`
@@ -25,6 +27,7 @@ type State struct {
 	Accel         string     `json:"accel,omitempty"`
 	Machine       string     `json:"machine,omitempty"`
 	Channel       string     `json:"channel,omitempty"`
+	Sandbox       string     `json:"sandbox,omitempty"`
 	StartedAt     time.Time  `json:"started_at"`
 	BootMS        int64      `json:"boot_ms,omitempty"`
 	AgentVersion  string     `json:"agent_version,omitempty"`
@@ -36,9 +39,44 @@ type State struct {
 	MemoryMiB     int        `json:"memory_mib"`
 	CPUs          int        `json:"cpus"`
 	Images        []vm.Image `json:"images"`
+	// Data are the data folders shared with the guest, read-only.
+	Data []vm.DataShare `json:"data,omitempty"`
 	// GuestImages are the images the guest says it mounted, with the
 	// digests it was given.
 	GuestImages []vm.Image `json:"guest_images,omitempty"`
+	// Health is empty while the guest answers the supervisor's pings,
+	// else since when and how it does not.
+	Health string `json:"health,omitempty"`
+	// Restarts are the supervisor's recent restarts of a wedged guest.
+	Restarts []Restart `json:"restarts,omitempty"`
+}
+
+// Restart is one restart of the guest by its supervisor.
+type Restart struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+}
+
+// writeLastExit keeps why the supervisor stopped the VM by itself, for
+// `pybox vm status` to say after the VM is gone.
+func writeLastExit(d paths.VM, reason string) {
+	b, _ := json.Marshal(lastExit{At: time.Now().UTC(), Reason: reason})
+	writeFileAtomic(d.LastExit(), b)
+}
+
+type lastExit struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+}
+
+// readLastExit says why the supervisor last stopped the VM by itself, or "".
+func readLastExit(d paths.VM) string {
+	b, err := os.ReadFile(d.LastExit())
+	var le lastExit
+	if err != nil || json.Unmarshal(b, &le) != nil {
+		return ""
+	}
+	return fmt.Sprintf("at %s, %s", le.At.Format(time.RFC3339), le.Reason)
 }
 
 // ReadState reads state.json; (nil, nil) when there is none.

@@ -87,14 +87,17 @@ func checkInherited(d paths.VM) error {
 }
 
 type supervisor struct {
-	dir   paths.VM
-	logf  func(string, ...any)
-	cfg   startConfig
-	state State
-	con   *console
+	dir  paths.VM
+	logf func(string, ...any)
+	cfg  startConfig
+	con  *console
 
 	mu     sync.Mutex
 	events *os.File // to the starter, until the VM is up
+	relay  *Relay   // the guest's, nil while the VM (re)boots
+
+	stateMu sync.Mutex // state is written by the serving loop and the health check
+	state   State
 }
 
 // emit tells the starter how the start goes.
@@ -139,7 +142,7 @@ func (s *supervisor) run() error {
 	}
 	c := s.cfg.VM
 	s.state = State{Phase: PhaseBooting, SupervisorPid: os.Getpid(), StartedAt: time.Now().UTC(),
-		Kernel: c.Kernel, Initramfs: c.Initramfs, MemoryMiB: c.MemoryMiB, CPUs: c.CPUs, Images: c.Images}
+		Kernel: c.Kernel, Initramfs: c.Initramfs, MemoryMiB: c.MemoryMiB, CPUs: c.CPUs, Images: c.Images, Data: c.Data}
 	if err := writeState(s.dir, &s.state); err != nil {
 		return err
 	}
@@ -162,7 +165,13 @@ func (s *supervisor) run() error {
 	defer conL.Close()
 	go s.con.serve(conL)
 
-	m, relay, err := s.boot(ctx)
+	// The copies of the data folders live as long as the VM: they are
+	// copies of the user's files, and nothing else should keep them.
+	defer os.RemoveAll(s.dir.DataDir())
+	if err := makeMirrors(s.cfg.VM.Data); err != nil {
+		return err
+	}
+	m, relay, err := s.boot(ctx, s.cfg.Accel)
 	if err != nil {
 		return err
 	}
@@ -170,8 +179,8 @@ func (s *supervisor) run() error {
 }
 
 // boot tries each planned accelerator until a guest says hello.
-func (s *supervisor) boot(ctx context.Context) (*vm.Machine, *Relay, error) {
-	attempts, notes, err := vm.Plan(s.cfg.Home, s.cfg.VM, s.cfg.Accel)
+func (s *supervisor) boot(ctx context.Context, accel string) (*vm.Machine, *Relay, error) {
+	attempts, notes, err := vm.Plan(s.cfg.Home, s.cfg.VM, accel)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -222,7 +231,9 @@ func (s *supervisor) attempt(ctx context.Context, a vm.Attempt) (*vm.Machine, *R
 	guest, hello, err := greet(hctx, m)
 	if err == nil {
 		s.record(m, hello, time.Since(t0))
-		return m, NewRelay(guest, hello, s.logf), nil
+		r := NewRelay(guest, hello, s.logf)
+		r.SetPrepare(s.prepareRun)
+		return m, r, nil
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		// The channel broke: most likely QEMU is exiting, and its exit
@@ -270,8 +281,10 @@ func greet(ctx context.Context, m *vm.Machine) (net.Conn, wire.Hello, error) {
 
 // record notes a booted VM in the state.
 func (s *supervisor) record(m *vm.Machine, h wire.Hello, boot time.Duration) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
 	st := &s.state
-	st.QEMUPid, st.Accel, st.Machine, st.Channel = m.Pid, m.Accel, m.Kind, m.Channel
+	st.QEMUPid, st.Accel, st.Machine, st.Channel, st.Sandbox = m.Pid, m.Accel, m.Kind, m.Channel, m.Sandbox
 	st.BootMS = boot.Milliseconds()
 	st.AgentVersion, st.AgentCommit, st.GuestKernel, st.Capabilities = h.AgentVersion, h.AgentCommit, h.Kernel, h.Capabilities
 	st.GuestImages = nil
@@ -305,39 +318,86 @@ func (s *supervisor) tellSlowBoot(ctx context.Context, t0 time.Time) {
 	}
 }
 
-// serve relays until the VM stops or a signal asks the supervisor to stop it.
+// serve relays until the VM stops or a signal asks the supervisor to stop
+// it. A guest that stops answering, stops reading or breaks the protocol
+// is restarted (at most maxRestarts times in restartWindow), so that
+// nobody has to notice it and run `pybox vm stop`.
 func (s *supervisor) serve(ctx context.Context, m *vm.Machine, r *Relay) error {
-	defer m.Kill()
-	defer r.Close()
 	l, err := listen(s.dir.Socket())
 	if err != nil {
+		m.Kill()
+		r.Close()
 		return err
 	}
 	defer l.Close()
-	go r.Serve(l)
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run() }()
-
-	s.state.Phase = PhaseRunning
-	if err := writeState(s.dir, &s.state); err != nil {
+	s.setRelay(r)
+	go s.accept(l)
+	if err := s.update(func(st *State) { st.Phase = PhaseRunning }); err != nil {
+		m.Kill()
+		r.Close()
 		return err
 	}
+	s.stateMu.Lock()
 	ready := s.state
+	s.stateMu.Unlock()
 	s.emit(event{Ready: &ready})
 	s.closeEvents()
+	for {
+		why := s.serveVM(ctx, m, r)
+		s.setRelay(nil)
+		if why != nil {
+			r.Abandon(fmt.Errorf("%w; the supervisor restarts the VM", why))
+		}
+		r.Close()
+		m.Kill()
+		if why == nil {
+			return unasked(r, m)
+		}
+		if err := s.mayRestart(why); err != nil {
+			s.logf("%v", err)
+			writeLastExit(s.dir, err.Error())
+			return err
+		}
+		s.logf("restarting the VM: %v", why)
+		s.con.note("restarting the VM: " + why.Error())
+		s.update(func(st *State) { st.Phase, st.Health = PhaseRestarting, "restarting: "+why.Error() })
+		if m, r, err = s.boot(ctx, s.accel()); err != nil {
+			if ctx.Err() == nil {
+				writeLastExit(s.dir, "the VM could not be restarted: "+err.Error())
+			}
+			return fmt.Errorf("restarting the VM: %w", err)
+		}
+		s.update(func(st *State) { st.Phase, st.Health = PhaseRunning, "" })
+		s.setRelay(r)
+	}
+}
+
+// serveVM relays for one boot of the VM. It returns nil when the VM is
+// to stay stopped (it powered off, or was stopped by a signal), and why
+// otherwise: the guest must be restarted.
+func (s *supervisor) serveVM(ctx context.Context, m *vm.Machine, r *Relay) error {
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run() }()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	wedged := make(chan error, 1)
+	go func() { wedged <- s.watch(wctx, r) }()
 
 	select {
 	case <-m.Done():
 		s.logf("the VM exited: %v", orClean(m.Err()))
 		return nil
 	case err := <-relayDone:
-		if errors.Is(err, io.EOF) {
-			s.logf("%v: waiting up to %s for the VM to exit", err, guestGrace)
-		} else {
-			// A guest that breaks the protocol is not trusted with another frame.
+		if !errors.Is(err, io.EOF) {
+			// A guest that breaks the protocol is not trusted with
+			// another frame; one that does not read is wedged.
 			s.logf("%v: stopping the VM", err)
-			m.Kill()
+			return err
 		}
+		s.logf("%v: waiting up to %s for the VM to exit", err, guestGrace)
+	case err := <-wedged:
+		s.logf("%v: stopping the VM", err)
+		return err
 	case <-ctx.Done():
 		s.logf("signal: shutting the guest down")
 		if err := r.Shutdown(); err != nil {
@@ -349,9 +409,145 @@ func (s *supervisor) serve(ctx context.Context, m *vm.Machine, r *Relay) error {
 		s.logf("the VM exited: %v", orClean(m.Err()))
 	case <-time.After(guestGrace):
 		s.logf("the VM did not exit within %s: killing it", guestGrace)
-		m.Kill()
 	}
 	return nil
+}
+
+// unasked is the supervisor's verdict on a VM that stays stopped: nil when
+// it was asked to stop (`pybox vm stop`, a signal), an error when it ended
+// by itself (QEMU died, the guest powered off after a fatal error). The
+// error makes the supervisor's exit status 1, as giving up on restarting
+// a wedged guest does, which `pybox vm start --foreground` passes on: a
+// service manager restarts a VM that failed but not one that was stopped.
+func unasked(r *Relay, m *vm.Machine) error {
+	if r.Stopping() {
+		return nil
+	}
+	return fmt.Errorf("the VM ended without being asked to stop (%v)", orClean(m.Err()))
+}
+
+// Health checks of the guest by its supervisor.
+const (
+	pingEvery = 5 * time.Second
+	pingLimit = 5 * time.Second
+	// missLimit pings in a row unanswered, each within pingLimit, make
+	// the guest wedged: about 25 s of silence.
+	missLimit = 4
+	// From silentAfter misses on, runs are refused at once rather than
+	// sent to a guest that does not answer.
+	silentAfter = 2
+	// At most maxRestarts restarts in restartWindow; past that the
+	// supervisor stops the VM for good and says why.
+	maxRestarts   = 3
+	restartWindow = 10 * time.Minute
+)
+
+// watch pings the guest until ctx ends, keeping the state's health up to
+// date; it returns an error wrapping ErrWedged once missLimit pings in a
+// row went unanswered.
+func (s *supervisor) watch(ctx context.Context, r *Relay) error {
+	t := time.NewTicker(pingEvery)
+	defer t.Stop()
+	misses, since := 0, time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, pingLimit)
+		_, err := r.Ping(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil && misses > 0:
+			s.logf("the guest answers again after %d unanswered pings", misses)
+			misses = 0
+			r.SetSilent("")
+			s.update(func(st *State) { st.Health = "" })
+		case err != nil:
+			if misses == 0 {
+				since = time.Now()
+			}
+			misses++
+			health := fmt.Sprintf("not answering since %s (%d pings in a row unanswered within %v: %v)",
+				since.UTC().Format(time.RFC3339), misses, pingLimit, err)
+			s.logf("the guest is %s", health)
+			s.update(func(st *State) { st.Health = health })
+			if misses >= silentAfter {
+				r.SetSilent(health)
+			}
+			if misses >= missLimit {
+				return fmt.Errorf("%w: %d pings in a row unanswered within %v since %s", ErrWedged, misses, pingLimit, since.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+}
+
+// mayRestart records a restart for why, or says why there is none: too
+// many restarts lately.
+func (s *supervisor) mayRestart(why error) error {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	recent := 0
+	for _, r := range s.state.Restarts {
+		if time.Since(r.At) < restartWindow {
+			recent++
+		}
+	}
+	if recent >= maxRestarts {
+		return fmt.Errorf("the VM was stopped: its guest had to be restarted %d times in %v and failed again (%v); "+
+			"see `pybox vm logs`, then start it with `pybox vm start`", recent, restartWindow, why)
+	}
+	s.state.Restarts = append(s.state.Restarts, Restart{At: time.Now().UTC(), Reason: why.Error()})
+	if len(s.state.Restarts) > maxRestarts*2 {
+		s.state.Restarts = s.state.Restarts[len(s.state.Restarts)-maxRestarts*2:]
+	}
+	return nil
+}
+
+// accel is the accelerator the VM booted with; a restart uses it again.
+func (s *supervisor) accel() string {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.state.Accel
+}
+
+// update changes the state and writes state.json.
+func (s *supervisor) update(f func(st *State)) error {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	f(&s.state)
+	return writeState(s.dir, &s.state)
+}
+
+func (s *supervisor) setRelay(r *Relay) {
+	s.mu.Lock()
+	s.relay = r
+	s.mu.Unlock()
+}
+
+// accept hands each client to the current guest's relay; while the VM
+// restarts, a client is told so and let go.
+func (s *supervisor) accept(l net.Listener) {
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		r := s.relay
+		s.mu.Unlock()
+		if r != nil {
+			r.admit(nc)
+			continue
+		}
+		c := newClient(nc, s.logf)
+		c.send(errorMessage(wire.ErrUnhealthy, "the VM is restarting (its guest stopped answering); try again in a minute, "+
+			"or see `pybox vm status`", &wire.Cleanup{Status: wire.CleanupNotAttempted}))
+		go c.closeAfterSend()
+	}
 }
 
 func orClean(err error) any {

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,11 @@ type Config struct {
 	Channel string `json:"channel,omitempty"`
 	// Dir is the VM's private directory (sockets live there).
 	Dir string `json:"dir"`
+	// Data are the data folders shared with the guest, read-only.
+	Data []DataShare `json:"data,omitempty"`
+	// NoQEMUSandbox lets the VM start under a QEMU built without its
+	// seccomp sandbox (-sandbox); without it such a QEMU is refused.
+	NoQEMUSandbox bool `json:"no_qemu_sandbox,omitempty"`
 }
 
 // Image is a read-only filesystem image attached to the VM. Digest is the
@@ -39,6 +46,23 @@ type Image struct {
 	Path   string `json:"path"`
 	Digest string `json:"digest"`
 }
+
+// DataShare is a data folder the user named: the guest sees Mirror, the
+// copy of Folder the supervisor keeps (host/mirror), read-only.
+type DataShare struct {
+	Name   string `json:"name"`
+	Folder string `json:"folder"`
+	Mirror string `json:"mirror"`
+}
+
+// DataTag is the share tag (9p mount tag, virtio-fs tag) of the i-th data
+// folder; the kernel command line's pybox.data= entries name them in the
+// same order.
+func DataTag(i int) string { return "pyboxdata" + strconv.Itoa(i) }
+
+// SandboxQEMU is Machine.Sandbox for a QEMU confined by its own seccomp
+// filter.
+const SandboxQEMU = "qemu seccomp (-sandbox on)"
 
 // Defaults for a Config.
 const (
@@ -64,11 +88,10 @@ func (c *Config) Check() error {
 	if c.Channel == "" {
 		c.Channel = ChannelSerial
 	}
+	if err := CheckSize(c.MemoryMiB, c.CPUs); err != nil {
+		return err
+	}
 	switch {
-	case c.MemoryMiB < 256 || c.MemoryMiB > 65536:
-		return fmt.Errorf("vm: memory %d MiB: give 256–65536", c.MemoryMiB)
-	case c.CPUs < 1 || c.CPUs > 8:
-		return fmt.Errorf("vm: %d CPUs: give 1–8 (the guest kernel supports 8)", c.CPUs)
 	case c.Machine != MachineMicrovm && c.Machine != MachinePC:
 		return fmt.Errorf("vm: machine %q: use %s or %s", c.Machine, MachineMicrovm, MachinePC)
 	case c.Channel != ChannelSerial && c.Channel != ChannelVsock:
@@ -82,7 +105,21 @@ func (c *Config) Check() error {
 			return fmt.Errorf("vm: no %s at %q: %s", f.what, f.path, f.hint)
 		}
 	}
-	return checkImages(c.Images)
+	if err := checkImages(c.Images); err != nil {
+		return err
+	}
+	return c.checkData()
+}
+
+// CheckSize checks a VM's memory and CPUs.
+func CheckSize(memoryMiB, cpus int) error {
+	switch {
+	case memoryMiB < 256 || memoryMiB > 65536:
+		return fmt.Errorf("vm: memory %d MiB: give 256–65536", memoryMiB)
+	case cpus < 1 || cpus > 8:
+		return fmt.Errorf("vm: %d CPUs: give 1–8 (the guest kernel supports 8)", cpus)
+	}
+	return nil
 }
 
 func checkImages(images []Image) error {
@@ -106,6 +143,35 @@ func checkImages(images []Image) error {
 	return nil
 }
 
+// MaxDataShares bounds the data folders of one VM.
+const MaxDataShares = 16
+
+func (c *Config) checkData() error {
+	if len(c.Data) > MaxDataShares {
+		return fmt.Errorf("vm: %d data folders; a VM takes at most %d", len(c.Data), MaxDataShares)
+	}
+	seen := map[string]bool{}
+	for _, d := range c.Data {
+		if err := wire.CheckDataName(d.Name); err != nil {
+			return fmt.Errorf("vm: --data %s: %w", d.Name, err)
+		}
+		if seen[d.Name] {
+			return fmt.Errorf("vm: data folder %q is named twice", d.Name)
+		}
+		seen[d.Name] = true
+		if !filepath.IsAbs(d.Folder) {
+			return fmt.Errorf("vm: data folder %s: %q is not an absolute path", d.Name, d.Folder)
+		}
+		if fi, err := os.Stat(d.Folder); err != nil || !fi.IsDir() {
+			return fmt.Errorf("vm: data folder %s: %q is not a directory", d.Name, d.Folder)
+		}
+		if strings.ContainsAny(d.Mirror, ",") {
+			return fmt.Errorf("vm: the copy of data folder %s would be at %q, whose comma QEMU cannot take: set %s elsewhere", d.Name, d.Mirror, "PYBOX_HOME")
+		}
+	}
+	return nil
+}
+
 // FileSHA256 returns the sha256 of a file's content, in hex.
 func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
@@ -124,7 +190,7 @@ func FileSHA256(path string) (string, error) {
 // backend's own additions. accel ("kvm", "tcg", "vz") tells the guest
 // whether its CPU is emulated: it holds OpenBLAS to kernels that run
 // under QEMU's emulator only there.
-func KernelCmdline(images []Image, accel string) string {
+func KernelCmdline(cfg Config, accel string) string {
 	args := []string{
 		"console=ttyS0",
 		"loglevel=4",
@@ -132,10 +198,13 @@ func KernelCmdline(images []Image, accel string) string {
 		"reboot=t", // reboot with a triple fault: works on every machine type
 		"pybox.accel=" + accel,
 	}
-	sorted := append([]Image(nil), images...)
+	sorted := append([]Image(nil), cfg.Images...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, im := range sorted {
 		args = append(args, "pybox.image="+im.Name+":"+im.Digest)
+	}
+	for _, d := range cfg.Data {
+		args = append(args, "pybox.data="+d.Name)
 	}
 	return strings.Join(args, " ")
 }
@@ -159,6 +228,9 @@ type Machine struct {
 	Accel   string
 	Kind    string // machine type, e.g. "microvm"
 	Channel string // "virtio-serial" or "vsock"
+	// Sandbox says what confines the VM process itself: "qemu seccomp
+	// (-sandbox on)", or why nothing does.
+	Sandbox string
 	// Console is the serial console: reads are the guest's output, writes
 	// are typed into the guest. It reaches EOF when the VM is gone.
 	Console io.ReadWriter

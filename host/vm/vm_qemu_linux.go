@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"runtime"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ func Plan(home string, cfg Config, requested string) ([]Attempt, []string, error
 		return []Attempt{{Accel: "kvm", Timeout: kvmTimeout}}, nil, nil
 	case "auto", "":
 		if err := openKVM(); err != nil {
-			return []Attempt{tcg}, []string{fmt.Sprintf("kvm not available (%v); using tcg", err)}, nil
+			return []Attempt{tcg}, []string{fmt.Sprintf("kvm not available (%v); using tcg, which is several times slower%s", err, kvmHint(err))}, nil
 		}
 		if _, ok := cachedKVMFailure(home, cfg.Kernel); ok {
 			return []Attempt{tcg}, []string{"kvm unusable here (cached probe); using tcg"}, nil
@@ -76,6 +77,28 @@ func RecordFailure(home string, cfg Config, a Attempt, reason string) error {
 		return nil
 	}
 	return recordKVMFailure(home, cfg.Kernel, reason)
+}
+
+// kvmHint says how to get KVM when /dev/kvm is there but not for this
+// user: it is for the group that owns it (kvm on Debian and most
+// distributions).
+func kvmHint(err error) string {
+	if !errors.Is(err, os.ErrPermission) {
+		return ""
+	}
+	fi, serr := os.Stat("/dev/kvm")
+	if serr != nil {
+		return ""
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	g, gerr := user.LookupGroupId(strconv.Itoa(int(st.Gid)))
+	if gerr != nil || g.Name == "root" || fi.Mode().Perm()&0o060 != 0o060 {
+		return "; for kvm, /dev/kvm must belong to a group you are in, with mode 0660 (as Debian's udev rules make it: group kvm): ask your administrator"
+	}
+	return fmt.Sprintf("; for kvm, join group %s, which owns /dev/kvm (`sudo adduser $USER %s`, then log in again)", g.Name, g.Name)
 }
 
 func openKVM() error {
@@ -118,7 +141,7 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	if accel == "kvm" {
 		cpu = "host"
 	}
-	cmdline := KernelCmdline(cfg.Images, accel)
+	cmdline := KernelCmdline(cfg, accel)
 	if k.cmdline != "" {
 		cmdline += " " + k.cmdline
 	}
@@ -159,6 +182,15 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 			"-drive", "file="+im.Path+",if=none,format=raw,readonly=on,id="+id,
 			"-device", "virtio-blk"+k.suffix+",drive="+id+",serial="+im.Name)
 	}
+	for i, d := range cfg.Data {
+		// The supervisor's copy of the folder, read-only: the guest can
+		// neither write it nor (security_model=none, and QEMU opens
+		// every path without following links) reach past it.
+		id := "data" + strconv.Itoa(i)
+		args = append(args,
+			"-fsdev", "local,id="+id+",path="+d.Mirror+",security_model=none,readonly=on",
+			"-device", "virtio-9p"+k.suffix+",fsdev="+id+",mount_tag="+DataTag(i))
+	}
 	if sandbox {
 		// QEMU's own seccomp filter: if the guest ever escapes into QEMU,
 		// it cannot exec, gain privileges or change resource limits.
@@ -190,9 +222,21 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w (try: apt-get install qemu-system-x86, or make deps)", err)
 	}
+	sandbox := hasSandbox(qemu)
+	if !sandbox && !cfg.NoQEMUSandbox {
+		return nil, fmt.Errorf("vm: %s was built without its seccomp sandbox (-sandbox), which confines QEMU if a guest ever escapes into it: "+
+			"install a QEMU that has it (Debian's qemu-system-x86 does), or start with --no-qemu-sandbox to run without it", qemu)
+	}
 	os.Remove(cfg.Dir + "/guest.sock")
-	cmd := exec.Command(qemu, qemuArgs(cfg, a.Accel, tsc, hasSandbox(qemu))...)
-	return startQEMU(cmd, cfg, a, stderr)
+	cmd := exec.Command(qemu, qemuArgs(cfg, a.Accel, tsc, sandbox)...)
+	m, err := startQEMU(cmd, cfg, a, stderr)
+	if m != nil {
+		m.Sandbox = SandboxQEMU
+		if !sandbox {
+			m.Sandbox = "none: this QEMU has no -sandbox, and --no-qemu-sandbox allowed that"
+		}
+	}
+	return m, err
 }
 
 func startQEMU(cmd *exec.Cmd, cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {

@@ -89,7 +89,8 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 		con.closeAll()
 		return nil, fmt.Errorf("vm: vz: the VM has %d virtio socket devices, want 1", len(socks))
 	}
-	m := &Machine{Accel: accelVZ, Kind: "generic", Channel: "vsock", Console: con, done: make(chan struct{})}
+	m := &Machine{Accel: accelVZ, Kind: "generic", Channel: "vsock", Console: con, done: make(chan struct{}),
+		Sandbox: "Virtualization.framework's own process"}
 	sock := socks[0]
 	m.dial = func(ctx context.Context) (net.Conn, error) { return dialVsock(ctx, m, sock) }
 	// Stop pulls the plug (macOS 12 and later); the state watcher then
@@ -111,6 +112,7 @@ var vzDevices = []struct {
 	{"virtio console (hvc0, the serial console)", setVZConsole},
 	{"virtio socket device (the guest channel)", setVZVsock},
 	{"virtio-blk disks (one read-only disk per image)", setVZDisks},
+	{"virtio-fs shares (one read-only share per data folder)", setVZData},
 	{"virtio entropy device", setVZEntropy},
 	{"virtio memory balloon", setVZBalloon},
 }
@@ -122,7 +124,7 @@ func vzConfig(cfg Config, con *vzConsole) (*vz.VirtualMachineConfiguration, erro
 	if max := vz.VirtualMachineConfigurationMaximumAllowedCPUCount(); uint(cfg.CPUs) > max {
 		return nil, fmt.Errorf("vm: %d CPUs: this Mac allows a VM at most %d: use --cpus %d", cfg.CPUs, max, max)
 	}
-	boot, err := vz.NewLinuxBootLoader(cfg.Kernel, vz.WithInitrd(cfg.Initramfs), vz.WithCommandLine(vzCmdline(cfg.Images)))
+	boot, err := vz.NewLinuxBootLoader(cfg.Kernel, vz.WithInitrd(cfg.Initramfs), vz.WithCommandLine(vzCmdline(cfg)))
 	if err != nil {
 		return nil, fmt.Errorf("vm: vz: boot loader: %w", err)
 	}
@@ -194,6 +196,30 @@ func setVZDisks(c *vz.VirtualMachineConfiguration, cfg Config, _ *vzConsole) err
 		disks = append(disks, blk)
 	}
 	c.SetStorageDevicesVirtualMachineConfiguration(disks)
+	return nil
+}
+
+// setVZData shares each data folder's copy read-only over virtio-fs, tagged
+// as the kernel command line names it.
+func setVZData(c *vz.VirtualMachineConfiguration, cfg Config, _ *vzConsole) error {
+	var devs []vz.DirectorySharingDeviceConfiguration
+	for i, d := range cfg.Data {
+		dir, err := vz.NewSharedDirectory(d.Mirror, true)
+		if err != nil {
+			return fmt.Errorf("data folder %s (%s): %w", d.Name, d.Mirror, err)
+		}
+		share, err := vz.NewSingleDirectoryShare(dir)
+		if err != nil {
+			return fmt.Errorf("data folder %s: %w", d.Name, err)
+		}
+		fs, err := vz.NewVirtioFileSystemDeviceConfiguration(DataTag(i))
+		if err != nil {
+			return fmt.Errorf("data folder %s: %w", d.Name, err)
+		}
+		fs.SetDirectoryShare(share)
+		devs = append(devs, fs)
+	}
+	c.SetDirectorySharingDevicesVirtualMachineConfiguration(devs)
 	return nil
 }
 

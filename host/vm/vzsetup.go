@@ -8,9 +8,9 @@ import "strings"
 // vzCmdline is KernelCmdline for a vz guest: the console is the virtio
 // console, hvc0, and reboot=t (an x86 triple fault) has no meaning on
 // arm64, where a reboot is a PSCI call and stops the VM.
-func vzCmdline(images []Image) string {
+func vzCmdline(cfg Config) string {
 	var args []string
-	for _, a := range strings.Fields(KernelCmdline(images, "vz")) {
+	for _, a := range strings.Fields(KernelCmdline(cfg, "vz")) {
 		switch {
 		case strings.HasPrefix(a, "console="):
 			args = append(args, "console=hvc0")

@@ -19,6 +19,7 @@ const (
 	TypePong     = "pong"     // guest → host
 	TypeRun      = "run"      // host → guest: Run
 	TypeReceipt  = "receipt"  // guest → host: Result
+	TypeOutput   = "output"   // guest → host: OutputChunk, before a run's receipt (Run.Deliver)
 	TypeCancel   = "cancel"   // host → guest: Cancel
 	TypeOK       = "ok"       // guest → host: the request was done
 	TypeShutdown = "shutdown" // host → guest: sync and power off
@@ -36,21 +37,48 @@ const (
 	ErrBusy       = "busy"        // another run is in progress; nothing was queued
 	ErrBadRequest = "bad_request" // the request broke a rule; nothing ran
 	ErrNoImage    = "no_image"    // the VM has no such image
+	ErrNoData     = "no_data"     // the VM has no such data folder
 	ErrUnhealthy  = "unhealthy"   // the agent could not clean a box and refuses runs until it recovers
 	ErrNoVM       = "no_vm"       // the supervisor has no guest (VM stopped or stopping)
 	ErrProtocol   = "protocol"    // a malformed or unexpected message
 	ErrInternal   = "internal"
+	// ErrNoReceipt: no receipt came within the run's bound
+	// (HostDeadline); the run was cancelled and its cleanup is unknown.
+	ErrNoReceipt = "no_receipt"
 )
 
 // Message is one frame's payload.
 type Message struct {
-	Type   string  `json:"type"`
-	ID     uint64  `json:"id"`
-	Hello  *Hello  `json:"hello,omitempty"`
-	Run    *Run    `json:"run,omitempty"`
-	Result *Result `json:"result,omitempty"`
-	Cancel *Cancel `json:"cancel,omitempty"`
-	Error  *Error  `json:"error,omitempty"`
+	Type   string       `json:"type"`
+	ID     uint64       `json:"id"`
+	Hello  *Hello       `json:"hello,omitempty"`
+	Run    *Run         `json:"run,omitempty"`
+	Result *Result      `json:"result,omitempty"`
+	Cancel *Cancel      `json:"cancel,omitempty"`
+	Error  *Error       `json:"error,omitempty"`
+	Output *OutputChunk `json:"output,omitempty"`
+	// Status rides on a pong: what the agent is doing.
+	Status *AgentStatus `json:"status,omitempty"`
+}
+
+// AgentStatus is what the agent is doing when it answers a ping.
+type AgentStatus struct {
+	// Health is "healthy", or why the agent refuses runs.
+	Health string `json:"health"`
+	// Run is the run in progress, if any.
+	Run *RunProgress `json:"run,omitempty"`
+}
+
+// RunProgress is where the run in progress is.
+type RunProgress struct {
+	RunID string `json:"run_id"`
+	Image string `json:"image"`
+	// Phase is setup, program, settle, output or cleanup.
+	Phase   string `json:"phase"`
+	PhaseMS int64  `json:"phase_ms"` // time in this phase so far
+	RunMS   int64  `json:"run_ms"`   // time since the run's request
+	// BoundMS is the run's whole bound (RunBound).
+	BoundMS int64 `json:"bound_ms"`
 }
 
 // Hello opens every connection. The host sends its protocol version; the
@@ -62,6 +90,8 @@ type Hello struct {
 	Kernel       string      `json:"kernel,omitempty"`
 	Capabilities []string    `json:"capabilities,omitempty"`
 	Images       []ImageInfo `json:"images,omitempty"`
+	// Data names the data folders the guest mounted.
+	Data []string `json:"data,omitempty"`
 }
 
 // ImageInfo names an image the guest mounted and the digest it verified,
@@ -110,7 +140,7 @@ func Decode(p []byte) (*Message, error) {
 func (m *Message) check() error {
 	need := map[string]bool{
 		TypeHello: m.Hello != nil, TypeRun: m.Run != nil, TypeReceipt: m.Result != nil,
-		TypeCancel: m.Cancel != nil, TypeError: m.Error != nil,
+		TypeCancel: m.Cancel != nil, TypeError: m.Error != nil, TypeOutput: m.Output != nil,
 		TypePing: true, TypePong: true, TypeOK: true, TypeShutdown: true,
 	}
 	ok, known := need[m.Type]

@@ -32,7 +32,12 @@ const (
 	NotReturnedChanged   = "changed while being read"
 	NotReturnedOverCount = "over the 64-file return cap"
 	NotReturnedName      = "name needs escaping; only plain names come back"
-	NotReturnedTimeLimit = "not examined: collecting output took too long"
+	// NotReturnedTimeLimit starts the reason of a file that collecting
+	// /tmp/output did not finish within its allowance (or before a
+	// cancel): not looked at, or listed without its sha256.
+	NotReturnedTimeLimit = "time limit"
+	// NotDeliveredOverCap: a file past the run's delivery bound.
+	NotDeliveredOverCap = "over the output folder's bound for one run"
 )
 
 // Result is the guest's answer to a run: the receipt, and the content of
@@ -66,9 +71,14 @@ type Receipt struct {
 	Pids          Pids         `json:"pids"`
 	Capture       Capture      `json:"capture"`
 	InputFiles    []FileDigest `json:"input_files"`
-	Output        Output       `json:"output_files"`
-	Posture       *Posture     `json:"posture,omitempty"`
-	Cleanup       Cleanup      `json:"cleanup"`
+	// Data lists the data folders the box saw, as the host described them.
+	Data    []DataFolder `json:"data,omitempty"`
+	Output  Output       `json:"output_files"`
+	Posture *Posture     `json:"posture,omitempty"`
+	// Overruns names each phase that ran out of its allowance (see
+	// RunBound) and stopped where it was, and what it left undone.
+	Overruns []string `json:"overruns,omitempty"`
+	Cleanup  Cleanup  `json:"cleanup"`
 }
 
 // AgentInfo names the guest agent that wrote the receipt.
@@ -116,7 +126,7 @@ type Pids struct {
 type Capture struct {
 	Stdout Stream `json:"stdout_info"`
 	Stderr Stream `json:"stderr_info"`
-	// The text itself, under the names the product page uses.
+	// The text itself, under the names the README documents.
 	StdoutText string `json:"stdout"`
 	StderrText string `json:"stderr"`
 }
@@ -127,6 +137,11 @@ type Stream struct {
 	KeptBytes   int   `json:"kept_bytes"`
 	Truncated   bool  `json:"truncated"`
 	InvalidUTF8 bool  `json:"invalid_utf8"`
+	// Controls counts the characters of the text that a terminal or a
+	// bidi-aware view would act on (C0 other than tab and newline, DEL,
+	// C1, bidirectional formatting). The host counts them, not the guest;
+	// in its JSON they are escaped.
+	Controls int `json:"controls,omitempty"`
 }
 
 // FileDigest names a file with its size and sha256 (hex).
@@ -142,6 +157,13 @@ type Output struct {
 	NotReturned []NotReturned `json:"not_returned"`
 	// NotListed counts the files not brought back beyond the first 16.
 	NotListed int `json:"not_listed"`
+	// Delivered lists the files streamed whole to the host when the run
+	// asked for delivery (Run.Deliver), each with its sha256; the first
+	// 16 of those that were not are in NotDelivered with the reason, and
+	// the rest counted in NotDeliveredUnlisted.
+	Delivered            []FileDigest  `json:"delivered,omitempty"`
+	NotDelivered         []NotReturned `json:"not_delivered,omitempty"`
+	NotDeliveredUnlisted int           `json:"not_delivered_unlisted,omitempty"`
 }
 
 // NotReturned is a file left in /tmp/output that did not come back. Name is

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of a run request. The product page fixes these numbers; both
+// Limits of a run request, as the README documents them; both
 // sides check them.
 const (
 	MaxCodeBytes          = 65536
@@ -24,6 +24,8 @@ const (
 	MaxRunIDBytes         = 64
 	MaxImageNameBytes     = 64
 	MaxFileNameBytes      = 255
+	MaxDataFolders        = 8         // data folders one run may name
+	MaxOutputChunk        = 512 << 10 // bytes of a delivered file in one output message
 	DefaultMemoryBytes    = 512 << 20
 	DefaultPidsMax        = 128
 	DefaultTmpBytes       = 64 << 20
@@ -40,6 +42,49 @@ type Run struct {
 	MaxOutputBytes int         `json:"max_output_bytes"`
 	Files          []InputFile `json:"files,omitempty"`
 	ReturnFiles    bool        `json:"return_files"`
+	// Data names the data folders the box sees read-only at /data/NAME.
+	// The client gives the names; the supervisor, which brings each
+	// folder up to date before the run, fills in the rest for the
+	// receipt.
+	Data []DataFolder `json:"data,omitempty"`
+	// MaxDataBytes, when not 0, is the most the named data folders may
+	// hold together; a run over it is refused before it starts.
+	MaxDataBytes int64 `json:"max_data_bytes,omitempty"`
+	// Deliver asks for every file of /tmp/output whole, streamed to the
+	// host as output messages before the receipt (for an output folder on
+	// the host), up to its byte bound.
+	Deliver *Deliver `json:"deliver,omitempty"`
+}
+
+// Deliver bounds what a run streams back of /tmp/output.
+type Deliver struct {
+	MaxBytes int64 `json:"max_bytes"` // all files together
+}
+
+// DataFolder is a data folder a run sees: its name, and as the host
+// describes it, where it is on the host and what it held for this run.
+type DataFolder struct {
+	Name     string `json:"name"`
+	HostPath string `json:"host_path,omitempty"`
+	Files    int    `json:"files,omitempty"`
+	Bytes    int64  `json:"bytes,omitempty"`
+	// Digest is the sha256 of the folder's listing (names, sizes and
+	// modification times), not of its contents: it changes when a file
+	// is added, removed or rewritten.
+	Digest string `json:"digest,omitempty"`
+	// LeftOut says what of the host folder the box does not see
+	// (symbolic links, hard links, special files), counted by kind.
+	LeftOut []string `json:"left_out,omitempty"`
+}
+
+// OutputChunk is part of one file of /tmp/output, streamed for delivery.
+// A file's chunks come in order; the receipt then lists it, with its
+// sha256, in Output.Delivered.
+type OutputChunk struct {
+	RunID  string `json:"run_id"`
+	Name   string `json:"name"`
+	Offset int64  `json:"offset"`
+	Data   []byte `json:"data"`
 }
 
 // InputFile is a file placed in /tmp/input/, already decoded.
@@ -69,7 +114,40 @@ func (r *Run) Check() error {
 	if r.MaxOutputBytes < 1 || r.MaxOutputBytes > MaxOutputBytes {
 		return fmt.Errorf("max_output_bytes is %d; it must be 1–%d", r.MaxOutputBytes, MaxOutputBytes)
 	}
+	if err := CheckDataNames(r.Data); err != nil {
+		return err
+	}
+	if r.MaxDataBytes < 0 || r.Deliver != nil && r.Deliver.MaxBytes < 0 {
+		return errors.New("a byte bound is negative")
+	}
 	return CheckInputFiles(r.Files)
+}
+
+// CheckDataNames checks the data folders a run names: at most
+// MaxDataFolders, each once, each a name like an image's.
+func CheckDataNames(data []DataFolder) error {
+	if len(data) > MaxDataFolders {
+		return fmt.Errorf("%d data folders; a run may name at most %d", len(data), MaxDataFolders)
+	}
+	seen := map[string]bool{}
+	for _, d := range data {
+		if err := CheckDataName(d.Name); err != nil {
+			return err
+		}
+		if seen[d.Name] {
+			return fmt.Errorf("data folder %q is named twice", d.Name)
+		}
+		seen[d.Name] = true
+	}
+	return nil
+}
+
+// CheckDataName checks a data folder's name: the rules of an image name.
+func CheckDataName(name string) error {
+	if err := CheckImageName(name); err != nil {
+		return errors.New("data folder name: " + strings.TrimPrefix(err.Error(), "image name "))
+	}
+	return nil
 }
 
 // CheckTimeout checks a timeout in seconds against a ceiling.

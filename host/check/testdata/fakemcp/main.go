@@ -16,6 +16,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"image"
+	"image/png"
 	"io"
 	"math"
 	"os"
@@ -41,6 +43,7 @@ var flaws = map[string]string{
 	"memory-sampled":     "memory-final: a memory reading that is not final",
 	"wrong-image":        "image:data: every run reports image stdlib",
 	"files-corrupt":      "files: a returned file's content does not match its sha256",
+	"no-image":           "chart: a returned PNG comes back only as a file",
 	"unknown-args":       "unknown-argument: unknown arguments are ignored",
 	"ignore-ceiling":     "timeout-ceiling: a timeout above the ceiling is accepted",
 	"echo-999":           "output-is-data: the program's JSON lines go to stdout",
@@ -176,6 +179,7 @@ func noVM() bool {
 func (f *fake) run(ctx context.Context, a *args, timeout float64) *mcp.CallToolResult {
 	name, _, _ := strings.Cut(strings.TrimPrefix(a.Code, "# pybox check: "), "\n")
 	rec := receipt(fmt.Sprintf("fake-%d", f.runs.Add(1)), a.Image, timeout)
+	var images []mcp.Content
 	doc := map[string]any{"schema_version": 1, "delivery": map[string]any{"trimmed": false, "what": []string{}}}
 	switch name {
 	case "hello":
@@ -187,6 +191,8 @@ func (f *fake) run(ctx context.Context, a *args, timeout float64) *mcp.CallToolR
 		rec.Capture.StdoutText = "3.11.2\n"
 	case "files":
 		f.files(a, &rec, doc)
+	case "chart":
+		images = chart(&rec, doc)
 	case "forge":
 		if *flaw == "crash-on-forge" {
 			os.Exit(3)
@@ -198,7 +204,28 @@ func (f *fake) run(ctx context.Context, a *args, timeout float64) *mcp.CallToolR
 		trim(&rec, doc)
 	}
 	doc["execution"] = rec
-	return result(doc, rec.Status != wire.StatusOK || rec.Cleanup.Status != wire.CleanupRemoved)
+	res := result(doc, rec.Status != wire.StatusOK || rec.Cleanup.Status != wire.CleanupRemoved)
+	res.Content = append(res.Content, images...)
+	return res
+}
+
+// chart answers the chart program: a PNG, as a file and as an image
+// block (none with no-image).
+func chart(rec *wire.Receipt, doc map[string]any) []mcp.Content {
+	m := image.NewGray(image.Rect(0, 0, 30, 20))
+	for i := range m.Pix {
+		m.Pix[i] = byte(i)
+	}
+	var b bytes.Buffer
+	png.Encode(&b, m)
+	rec.Capture.StdoutText = sum(b.Bytes()) + "\n"
+	rec.Output.Returned = []wire.FileDigest{{Name: "chart.png", Bytes: int64(b.Len()), SHA256: sum(b.Bytes())}}
+	doc["files"] = []map[string]any{{"name": "chart.png", "bytes": b.Len(), "sha256": sum(b.Bytes()),
+		"encoding": "base64", "content": base64.StdEncoding.EncodeToString(b.Bytes())}}
+	if *flaw == "no-image" {
+		return nil
+	}
+	return []mcp.Content{&mcp.ImageContent{Data: b.Bytes(), MIMEType: "image/png"}}
 }
 
 func receipt(id, image string, timeout float64) wire.Receipt {
