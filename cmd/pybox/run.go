@@ -266,6 +266,9 @@ func summary(rc *wire.Receipt) []string {
 	if rc.Memory.OOMKilled {
 		mem += ", OOM killed"
 	}
+	if rc.Box != nil && rc.Box.Warm {
+		mem += fmt.Sprintf(", warm box (preload %s)", size(rc.Memory.PreloadBytes))
+	}
 	lines := []string{head, mem + fmt.Sprintf(", image %s, cleanup %s", rc.Image.Name, rc.Cleanup.Status)}
 	if rc.Cleanup.Detail != "" {
 		lines = append(lines, "cleanup: "+rc.Cleanup.Detail)

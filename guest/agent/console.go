@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"pybox/shared/wire"
+
 	"bufio"
 	"encoding/json"
 	"fmt"
@@ -104,6 +106,9 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	} else {
 		fmt.Fprintf(tw, "running\tnothing\n")
 	}
+	for _, w := range a.cfg.Runner.Warm() {
+		fmt.Fprintf(tw, "warm %s\t%s\n", w.Image, describeWarm(w))
+	}
 	fmt.Fprintf(tw, "runs\t%d finished (kept %d)\n", runs, keepRuns)
 	fmt.Fprintf(tw, "connections\t%d open, %d served\n", open, served)
 	fmt.Fprintf(tw, "goroutines\t%d\n", runtime.NumGoroutine())
@@ -112,6 +117,21 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	fmt.Fprintf(tw, "memory\t%s\n", a.rss())
 	fmt.Fprintf(tw, "cgroup\t%s\n", a.cgroupLine("sys/fs/cgroup/agent"))
 	tw.Flush()
+}
+
+// describeWarm says how an image's warm box is, in a few words.
+func describeWarm(w wire.WarmBox) string {
+	switch w.State {
+	case "warming":
+		return fmt.Sprintf("warming for %d ms", w.ForMS)
+	case "ready":
+		return fmt.Sprintf("ready for %d ms (preloaded: %s)", w.ForMS, strings.Join(w.Preloaded, " "))
+	case "cold":
+		if w.Reason != "" {
+			return "cold: " + w.Reason
+		}
+	}
+	return w.State
 }
 
 func (a *Agent) countFDs() string {
