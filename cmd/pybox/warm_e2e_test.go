@@ -222,3 +222,26 @@ print("pids", sorted(p for p in os.listdir("/proc") if p.isdigit()) == sorted(["
 	}
 	expectClean(t, e)
 }
+
+// A warm box discarded while it waits (as one that died would be) is
+// replaced at once; a call that comes while the next one warms waits for
+// it, and runs warm.
+func TestWarmReplaced(t *testing.T) {
+	e := boxVM(t)
+	if got := agentConsole(t, e.home, "warm discard stdlib"); !strings.Contains(got, "discarded stdlib's warm box") {
+		t.Fatalf("the console said %q", got)
+	}
+	status := agentConsole(t, e.home, "warm")
+	if !strings.Contains(status, "stdlib: warming") && !strings.Contains(status, "stdlib: ready") {
+		t.Errorf("after the discard: %q", status)
+	}
+	rc := expectEnd(t, runPy(t, e, `print("after the discard")`, "--timeout", "10"), wire.StatusOK)
+	if rc.Box == nil || !rc.Box.Warm {
+		t.Errorf("the call after the discard ran %+v", rc.Box)
+	}
+	t.Logf("the call after the discard: box %+v", rc.Box)
+	if log := agentConsole(t, e.home, "log"); !strings.Contains(log, "discarded: discarded from the console") {
+		t.Errorf("the log does not say the box was discarded:\n%s", log)
+	}
+	expectClean(t, e)
+}

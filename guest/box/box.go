@@ -426,7 +426,7 @@ func (rn *run) execute(ctx context.Context) {
 	if wb := rn.b.takeWarm(ctx, rn.req.Image, rn.at.begun.Add(wire.SetupAllowance-time.Second)); wb != nil {
 		if err := rn.handOver(ctx, wb); err != nil {
 			rn.b.logf("box: run %s: the warm box %s could not take the program (%v); a cold box runs it", rn.req.RunID, wb.id, err)
-			rn.b.discard(wb, "the hand-over failed: "+err.Error())
+			rn.b.discard(wb, "the hand-over failed: "+err.Error(), true)
 			rn.mu.Lock()
 			rn.warm, rn.cg, rn.st, rn.proc, rn.slot, rn.boxID = nil, nil, nil, nil, -1, rn.req.RunID
 			rn.mu.Unlock()

@@ -128,7 +128,7 @@ func (b *Box) warmUp(wb *warmBox) {
 	}
 	if err != nil {
 		wb.err = err
-		b.discard(wb, err.Error())
+		b.discard(wb, err.Error(), true)
 		close(wb.done)
 		return
 	}
@@ -237,7 +237,7 @@ func (b *Box) watchWarm(wb *warmBox) {
 		}
 		why := fmt.Sprintf("the warm box ended while it waited (%s)", describeStatus(ws))
 		wb.err = errors.New(why)
-		b.discard(wb, why)
+		b.discard(wb, why, true)
 		b.replenish(wb.image)
 	}
 }
@@ -287,14 +287,14 @@ func (b *Box) coldReason(image string) string {
 	return "no warm box was ready"
 }
 
-// discard removes a warm box that failed or was not wanted, and notes
-// why for the image's cold runs.
-func (b *Box) discard(wb *warmBox, why string) {
+// discard removes a warm box that failed (or, failed false, was not
+// wanted), and notes why for the image's cold runs.
+func (b *Box) discard(wb *warmBox, why string, failed bool) {
 	b.mu.Lock()
 	if b.warm.boxes[wb.image] == wb {
 		delete(b.warm.boxes, wb.image)
 	}
-	if !b.warm.closed {
+	if failed && !b.warm.closed {
 		b.warm.failures[wb.image]++
 		b.warm.why[wb.image] = "the last warm box failed: " + why
 		if b.warm.failures[wb.image] >= warmFailures {
@@ -466,9 +466,35 @@ func (b *Box) Close() {
 	for _, wb := range boxes {
 		<-wb.done
 		if wb.err == nil {
-			b.discard(wb, "the VM stops")
+			b.discard(wb, "the VM stops", false)
 		}
 	}
+}
+
+// DiscardWarm discards image's warm box, ready or warming, as one that
+// died would be (for the console, when a box is to be looked at anew);
+// the next one starts warming at once.
+func (b *Box) DiscardWarm(image string) error {
+	b.mu.Lock()
+	wb := b.warm.boxes[image]
+	b.mu.Unlock()
+	if wb == nil {
+		return fmt.Errorf("image %q has no warm box", image)
+	}
+	<-wb.done
+	b.mu.Lock()
+	mine := b.warm.boxes[image] == wb && wb.err == nil
+	if mine {
+		delete(b.warm.boxes, image)
+		close(wb.taken)
+	}
+	b.mu.Unlock()
+	if !mine {
+		return fmt.Errorf("image %q's warm box is gone already", image)
+	}
+	b.discard(wb, "discarded from the console", false)
+	b.replenish(image)
+	return nil
 }
 
 // describeStatus says how a process ended.
