@@ -407,7 +407,8 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox) error {
 	rn.at.spawned = rn.go_
 	wb.ctl.Close()
 	rn.rec.Box = &wire.BoxInfo{Warm: true, Preloaded: slices.Clone(wb.preloaded),
-		PrepareMS: wb.readyAt.Sub(wb.spawned).Milliseconds(), ReadyMS: rn.go_.Sub(wb.readyAt).Milliseconds()}
+		PrepareMS: wb.readyAt.Sub(wb.spawned).Milliseconds(), ReadyMS: rn.go_.Sub(wb.readyAt).Milliseconds(),
+		PrepareCPUMS: (rn.cpu0.userUsec + rn.cpu0.systemUsec) / 1000}
 	// The next run's box starts warming now, at the warm CPU weight.
 	rn.b.replenish(wb.image)
 	return nil

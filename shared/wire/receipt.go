@@ -118,6 +118,9 @@ type BoxInfo struct {
 	// ReadyMS how long it then waited for this run.
 	PrepareMS int64 `json:"prepare_ms,omitempty"`
 	ReadyMS   int64 `json:"ready_ms,omitempty"`
+	// PrepareCPUMS is the CPU the warm box used before the hand-over
+	// (starting python3, the preload): what warming cost this run.
+	PrepareCPUMS int64 `json:"prepare_cpu_ms,omitempty"`
 	// Fallback says why a cold box ran a program whose image is warmed.
 	Fallback string `json:"fallback,omitempty"`
 }
