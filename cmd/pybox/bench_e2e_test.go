@@ -44,13 +44,14 @@ type benchKnobs struct {
 	Calls     int `json:"calls"`      // BENCH_CALLS: sequential calls in the long-life/throughput run
 	PlotRuns  int `json:"plot_runs"`  // BENCH_PLOT_RUNS: matplotlib PNG calls (15 s each under TCG)
 	PandasAlt int `json:"pandas_alt"` // BENCH_PANDAS_RUNS: pandas samples per alternative
+	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program, warm and cold, with and without think time
 	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
-	// boots, vm, hardening); empty runs them all.
+	// boots, vm, warm, hardening); empty runs them all.
 	Only string `json:"only,omitempty"`
 }
 
 // benchParts are the bench's parts, in the order they run.
-var benchParts = []string{"alternatives", "boots", "vm", "hardening"}
+var benchParts = []string{"alternatives", "boots", "vm", "warm", "hardening"}
 
 // runs says whether the part is in this run.
 func (k benchKnobs) runs(part string) bool {
@@ -71,6 +72,7 @@ func readKnobs() benchKnobs {
 		Calls:     envInt("BENCH_CALLS", 500),
 		PlotRuns:  envInt("BENCH_PLOT_RUNS", 2),
 		PandasAlt: envInt("BENCH_PANDAS_RUNS", 5),
+		WarmRuns:  envInt("BENCH_WARM_RUNS", 3),
 		Only:      os.Getenv("BENCH_ONLY"),
 	}
 }
@@ -197,7 +199,7 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 	parts := map[string]func(*testing.B, *benchReport, benchKnobs){
-		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "hardening": benchSeal,
+		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "hardening": benchSeal,
 	}
 	for _, p := range benchParts {
 		if k.runs(p) {
@@ -446,11 +448,12 @@ func warmedMS(e *vmEnv, from int64) map[string]float64 {
 // mcpSession is a `pybox mcp` server with the Go SDK's client, reconnected
 // before the 32-call session limit; the reconnects are not timed.
 type mcpSession struct {
-	b      *testing.B
-	e      *vmEnv
-	cs     *sdk.ClientSession
-	calls  int
-	failed []string // calls that did not end ok
+	b        *testing.B
+	e        *vmEnv
+	cs       *sdk.ClientSession
+	calls    int
+	failed   []string // calls that did not end ok
+	lastText string   // the last result's text
 }
 
 func (m *mcpSession) connect() {
@@ -502,6 +505,7 @@ func (m *mcpSession) call(args map[string]any) (float64, *benchReceipt) {
 	}
 	var rc benchReceipt
 	text := res.Content[0].(*sdk.TextContent).Text
+	m.lastText = text
 	if err := json.Unmarshal([]byte(text), &rc); err != nil || rc.Execution.Status == "" {
 		m.b.Fatalf("tools/call gave no receipt (%v): %.600s", err, text)
 	}

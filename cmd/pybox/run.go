@@ -266,6 +266,9 @@ func summary(rc *wire.Receipt) []string {
 	if rc.Memory.OOMKilled {
 		mem += ", OOM killed"
 	}
+	if rc.Box != nil && rc.Box.Warm {
+		mem += fmt.Sprintf(", warm box (preload %s)", size(rc.Memory.PreloadBytes))
+	}
 	img := rc.Image.Name
 	if rc.Image.Python != "" {
 		img += fmt.Sprintf(" (Python %s, %s)", rc.Image.Python, rc.Image.Suite)

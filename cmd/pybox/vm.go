@@ -117,6 +117,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
 	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
+	warm := fs.Int("warm", 1, "warm boxes: 1 keeps a box ready for each image, its python3 started and its preload imported; 0 starts every run cold")
 	var data dataFolders
 	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (NAME=DIR, repeatable); `pybox mcp --data` says which an agent may use")
 	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
@@ -130,7 +131,10 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	if err != nil {
 		return fail("%v", err)
 	}
-	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox}
+	if *warm != 0 && *warm != 1 {
+		return usageError(fs, "--warm %d: give 1 (warm boxes) or 0 (every run cold)", *warm)
+	}
+	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, NoWarm: *warm == 0}
 	gf, err := guestfiles.Find(*kernel, *initramfs)
 	if err != nil {
 		return fail("%v", err)
@@ -296,6 +300,22 @@ func imageList(ims []vm.Image) string {
 	return strings.Join(parts, ", ")
 }
 
+// describeWarm says how an image's warm box is.
+func describeWarm(w wire.WarmBox) string {
+	switch w.State {
+	case "warming":
+		return fmt.Sprintf("warming for %.1f s", float64(w.ForMS)/1000)
+	case "ready":
+		return fmt.Sprintf("ready for %.1f s, preloaded: %s", float64(w.ForMS)/1000, strings.Join(w.Preloaded, " "))
+	case "cold":
+		if w.Reason != "" {
+			return "cold: " + w.Reason
+		}
+		return "cold"
+	}
+	return w.State
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -386,6 +406,9 @@ func printStatus(s *supervisor.Status) {
 	if g := s.Guest; g != nil {
 		if g.Health != "" && g.Health != "healthy" {
 			row("guest health", supervisor.Printable(g.Health))
+		}
+		for _, w := range g.Warm {
+			row("warm "+w.Image, describeWarm(w))
 		}
 		if p := g.Run; p != nil {
 			row("running", fmt.Sprintf("%s (image %s): %s for %.1f s, %.1f s of its bound of %.0f s",

@@ -41,6 +41,10 @@ type Runner interface {
 	// Abort tears down the box of a run that overran its bound while
 	// Run is still inside it, and says what it could confirm.
 	Abort(runID string) wire.Cleanup
+	// Warm says how each image's warm box is.
+	Warm() []wire.WarmBox
+	// Close discards what the runner keeps ready: the VM stops.
+	Close()
 }
 
 // Config is what an Agent needs from the VM around it.

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"pybox/shared/wire"
+
 	"bufio"
 	"encoding/json"
 	"fmt"
@@ -33,6 +35,32 @@ var commands = []command{
 	{name: "runs", help: "the current run and the last finished ones", do: (*Agent).cmdRuns},
 	{name: "last", help: "the last receipt, as JSON", do: (*Agent).cmdLast},
 	{name: "log", help: "the agent's recent log lines", do: (*Agent).cmdLog},
+	{name: "warm", help: "each image's warm box; `warm discard IMAGE` discards the one waiting, and the next starts warming", withArgs: (*Agent).cmdWarm},
+}
+
+// discarder is a Runner whose warm boxes can be discarded by hand.
+type discarder interface{ DiscardWarm(image string) error }
+
+func (a *Agent) cmdWarm(w io.Writer, args []string) {
+	switch {
+	case len(args) == 0:
+		for _, wb := range a.cfg.Runner.Warm() {
+			fmt.Fprintf(w, "%s: %s\n", wb.Image, describeWarm(wb))
+		}
+	case len(args) == 2 && args[0] == "discard":
+		d, ok := a.cfg.Runner.(discarder)
+		if !ok {
+			fmt.Fprintln(w, "this agent's runner keeps no warm boxes")
+			return
+		}
+		if err := d.DiscardWarm(args[1]); err != nil {
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintf(w, "discarded %s's warm box\n", args[1])
+	default:
+		fmt.Fprintln(w, "usage: warm [discard IMAGE]")
+	}
 }
 
 // Console runs the prompt on the serial console: a line in, a plain text
@@ -104,6 +132,9 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	} else {
 		fmt.Fprintf(tw, "running\tnothing\n")
 	}
+	for _, w := range a.cfg.Runner.Warm() {
+		fmt.Fprintf(tw, "warm %s\t%s\n", w.Image, describeWarm(w))
+	}
 	fmt.Fprintf(tw, "runs\t%d finished (kept %d)\n", runs, keepRuns)
 	fmt.Fprintf(tw, "connections\t%d open, %d served\n", open, served)
 	fmt.Fprintf(tw, "goroutines\t%d\n", runtime.NumGoroutine())
@@ -112,6 +143,21 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	fmt.Fprintf(tw, "memory\t%s\n", a.rss())
 	fmt.Fprintf(tw, "cgroup\t%s\n", a.cgroupLine("sys/fs/cgroup/agent"))
 	tw.Flush()
+}
+
+// describeWarm says how an image's warm box is, in a few words.
+func describeWarm(w wire.WarmBox) string {
+	switch w.State {
+	case "warming":
+		return fmt.Sprintf("warming for %d ms", w.ForMS)
+	case "ready":
+		return fmt.Sprintf("ready for %d ms (preloaded: %s)", w.ForMS, strings.Join(w.Preloaded, " "))
+	case "cold":
+		if w.Reason != "" {
+			return "cold: " + w.Reason
+		}
+	}
+	return w.State
 }
 
 func (a *Agent) countFDs() string {

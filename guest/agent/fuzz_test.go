@@ -22,6 +22,10 @@ func (quickRunner) Progress() *wire.RunProgress { return nil }
 
 func (quickRunner) Abort(string) wire.Cleanup { return wire.Cleanup{Status: wire.CleanupUnknown} }
 
+func (quickRunner) Warm() []wire.WarmBox { return nil }
+
+func (quickRunner) Close() {}
+
 // stream is a connection whose host sends fixed bytes and reads nothing.
 type stream struct{ io.Reader }
 

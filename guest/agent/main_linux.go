@@ -63,7 +63,8 @@ func Main() {
 		images[i] = img.ImageInfo
 		byName[img.Name] = img.ImageInfo
 	}
-	b := box.New(box.Config{Images: byName, Data: data, Agent: Info(kernel), Accel: accel, Logf: log.Printf})
+	warm := !strings.Contains(" "+string(cmdline)+" ", " pybox.warm=0 ")
+	b := box.New(box.Config{Images: byName, Data: data, Agent: Info(kernel), Accel: accel, Logf: log.Printf, Warm: warm})
 	a := New(Config{
 		Kernel:   kernel,
 		Images:   images,
@@ -75,6 +76,9 @@ func Main() {
 		LogLines: log.Lines,
 	})
 
+	// The warm boxes start after the images were read into the page
+	// cache (warmImages), in the background.
+	b.StartWarming()
 	go func() {
 		err := a.Console(console, console)
 		log.Printf("agent: console prompt ended: %v", err)

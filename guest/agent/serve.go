@@ -262,7 +262,7 @@ func (a *Agent) health() error {
 
 // status is what a pong carries.
 func (a *Agent) status() wire.AgentStatus {
-	st := wire.AgentStatus{Health: "healthy", Run: a.cfg.Runner.Progress()}
+	st := wire.AgentStatus{Health: "healthy", Run: a.cfg.Runner.Progress(), Warm: a.cfg.Runner.Warm()}
 	if err := a.health(); err != nil {
 		st.Health = err.Error()
 	}
@@ -355,6 +355,7 @@ func (a *Agent) shutdown() {
 			a.logf("agent: run %s did not end within %v; powering off anyway", cur.id, shutdownGrace)
 		}
 	}
+	a.cfg.Runner.Close()
 	a.cfg.PowerOff()
 }
 

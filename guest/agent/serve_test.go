@@ -64,6 +64,10 @@ func (f *fakeRunner) Progress() *wire.RunProgress {
 	return nil
 }
 
+func (f *fakeRunner) Warm() []wire.WarmBox { return []wire.WarmBox{{Image: "stdlib", State: "ready"}} }
+
+func (f *fakeRunner) Close() {}
+
 func (f *fakeRunner) Abort(runID string) wire.Cleanup {
 	f.aborted <- runID
 	return wire.Cleanup{Status: wire.CleanupRemoved, Detail: "torn down by the test"}

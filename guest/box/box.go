@@ -32,6 +32,8 @@ type Config struct {
 	// Logf, if set, gets one line per run that made a box: where its
 	// time went, phase by phase.
 	Logf func(format string, args ...any)
+	// Warm keeps a warm box ready for each image (warm.go).
+	Warm bool
 }
 
 // Box runs one program at a time, each in a fresh sealed box. Its
@@ -44,9 +46,11 @@ type Box struct {
 
 	run sync.Mutex // held for the whole of a run
 
-	mu   sync.Mutex
-	left []leftover // what failed cleanups left; runs are refused while there is any
-	cur  *run       // the run in progress, for Progress and Abort
+	mu    sync.Mutex
+	left  []leftover // what failed cleanups left; runs are refused while there is any
+	cur   *run       // the run in progress, for Progress and Abort
+	slots [maxSlots]bool
+	warm  pool // the warm boxes (warm.go)
 }
 
 // paths are where a box's parts live; tests move them.
@@ -70,7 +74,38 @@ var guestPaths = paths{
 // have started the reaper (reap.Start): the box collects its processes
 // with reap.Wait.
 func New(cfg Config) *Box {
-	return &Box{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces()}
+	b := &Box{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces()}
+	b.warm.init(cfg.Warm)
+	return b
+}
+
+func (b *Box) logf(format string, args ...any) {
+	if b.cfg.Logf != nil {
+		b.cfg.Logf(format, args...)
+	}
+}
+
+// takeSlot reserves the host ids of a box (see hostIDs); -1 when every
+// slot is in use.
+func (b *Box) takeSlot() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, used := range b.slots {
+		if !used {
+			b.slots[i] = true
+			return i
+		}
+	}
+	return -1
+}
+
+func (b *Box) freeSlot(n int) {
+	if n < 0 {
+		return
+	}
+	b.mu.Lock()
+	b.slots[n] = false
+	b.mu.Unlock()
 }
 
 // agentNamespaces reads the inode of each of the agent's namespaces, for
@@ -106,8 +141,12 @@ func (b *Box) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk)
 	rn.enter(phaseCleanup)
 	rn.rec.Cleanup = rn.cleanup()
 	rn.at.cleaned = time.Now()
-	if b.cfg.Logf != nil && !rn.at.spawned.IsZero() {
-		b.cfg.Logf("box: run %s: %s", r.RunID, rn.at.phases(rn.proc.report.startedAt, rn.exitedAt))
+	if !rn.at.spawned.IsZero() {
+		how := "cold"
+		if rn.warm != nil {
+			how = "warm"
+		}
+		b.logf("box: run %s (%s): %s", r.RunID, how, rn.at.phases(rn.startedAt(), rn.exitedAt))
 	}
 	return rn.result()
 }
@@ -148,6 +187,9 @@ func (b *Box) Abort(runID string) wire.Cleanup {
 	if rn == nil || rn.req.RunID != runID {
 		return wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the watchdog found the run no longer in progress"}
 	}
+	rn.mu.Lock()
+	boxID := rn.boxID
+	rn.mu.Unlock()
 	var done, left []string
 	note := func(err error, ok, failed string) {
 		if err != nil {
@@ -157,7 +199,7 @@ func (b *Box) Abort(runID string) wire.Cleanup {
 		}
 	}
 	if b.paths.cgroups != "" {
-		cg := &runCgroup{dir: filepath.Join(b.paths.cgroups, runID), fd: -1}
+		cg := &runCgroup{dir: filepath.Join(b.paths.cgroups, boxID), fd: -1}
 		if !cg.gone() {
 			err := cg.kill()
 			if err == nil {
@@ -167,13 +209,13 @@ func (b *Box) Abort(runID string) wire.Cleanup {
 			note(cg.remove(), "cgroup removed", "cgroup left")
 		}
 	}
-	st := &staging{base: filepath.Join(b.paths.staging, runID)}
+	st := &staging{base: filepath.Join(b.paths.staging, boxID)}
 	st.tmp = filepath.Join(st.base, "tmp")
 	if err := unix.Unmount(st.tmp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		left = append(left, "/tmp not detached: "+err.Error())
 	}
 	note(st.remove(), "/tmp removed", "/tmp left")
-	l := leftover{runID: runID, st: st}
+	l := leftover{runID: boxID, st: st}
 	if rest := l.what(); len(rest) > 0 {
 		left = append(left, rest...)
 	}
@@ -246,11 +288,17 @@ type run struct {
 
 	emit func(*wire.OutputChunk) error // where delivered files go
 
+	boxID string    // names its cgroup and staging: the run id, or a warm box's
+	slot  int       // its host ids; -1 before it has some
+	warm  *warmBox  // the warm box it took, if it did
+	go_   time.Time // when a warm box was told to start the program
+	cpu0  cgroupStats
+
 	// settleBy is when settling must be done: SettleAllowance after the
 	// box was killed, or after the program's end.
 	settleBy time.Time
 
-	mu      sync.Mutex // guards phase and phaseAt, read by Progress
+	mu      sync.Mutex // guards phase, phaseAt and boxID, read by Progress and Abort
 	phase   string
 	phaseAt time.Time
 }
@@ -294,7 +342,7 @@ func (b *Box) newRun(r *wire.Run) *run {
 	if !ok {
 		img = wire.ImageInfo{Name: r.Image}
 	}
-	rn := &run{b: b, req: r}
+	rn := &run{b: b, req: r, boxID: r.RunID, slot: -1}
 	rn.at.begun = time.Now()
 	rn.out.timeout = r.TimeoutSeconds
 	rn.rec = wire.Receipt{
@@ -375,47 +423,25 @@ func (rn *run) enter(phase string) {
 // keeps to its allowance (wire.RunBound); cancelling ctx ends the
 // program and the collection of its output, never the cleanup.
 func (rn *run) execute(ctx context.Context) {
-	b := rn.b
-	var err error
 	rn.enter(phaseSetup)
-	if b.paths.cgroups != "" {
-		rn.cg, err = makeCgroup(b.paths.cgroups, rn.req.RunID)
-		if err != nil {
-			rn.out.refusal = "the box could not be made: " + err.Error()
+	// A warm box of the image, if there is one (waiting for it while it
+	// warms, within the setup's allowance); a cold one otherwise.
+	if wb := rn.b.takeWarm(ctx, rn.req.Image, rn.at.begun.Add(wire.SetupAllowance-time.Second)); wb != nil {
+		if err := rn.handOver(ctx, wb); err != nil {
+			rn.b.logf("box: run %s: the warm box %s could not take the program (%v); a cold box runs it", rn.req.RunID, wb.id, err)
+			rn.b.discard(wb, "the hand-over failed: "+err.Error(), true)
+			rn.mu.Lock()
+			rn.warm, rn.cg, rn.st, rn.proc, rn.slot, rn.boxID = nil, nil, nil, nil, -1, rn.req.RunID
+			rn.mu.Unlock()
+			rn.rec.Memory, rn.rec.Box, rn.cpu0 = wire.Memory{LimitBytes: memoryMax, Reading: readingNone}, nil, cgroupStats{}
+		}
+	}
+	if rn.warm == nil {
+		rn.rec.Box = &wire.BoxInfo{Fallback: rn.b.coldReason(rn.req.Image)}
+		if !rn.makeCold(ctx) {
 			return
 		}
 	}
-	rn.at.cgroup = time.Now()
-	image := b.paths.images + "/" + rn.req.Image
-	rn.st, err = makeStaging(b.paths.staging, rn.req.RunID, image, rn.req.Files)
-	if err != nil {
-		rn.out.refusal = "the box could not be made: " + err.Error()
-		return
-	}
-	rn.at.staged = time.Now()
-	if ctx.Err() != nil {
-		rn.out.cancelled = true
-		return
-	}
-	cfg := childConfig{
-		Root: image, Staging: rn.st.tmp,
-		Argv: []string{"python3", "-I", "-B", "-c", rn.req.Code}, Env: programEnv(runtime.GOARCH, b.cfg.Accel),
-		AgentNS: b.agentNS, UID: programID, GID: programID, FileSizeMax: tmpBytes,
-	}
-	for _, d := range rn.req.Data {
-		cfg.Data = append(cfg.Data, dataMount{Name: d.Name, Source: b.paths.data + "/" + d.Name})
-	}
-	cfg.SkipPosture, cfg.SkipSeccomp = b.skips()
-	cgfd := -1
-	if rn.cg != nil {
-		cgfd = rn.cg.fd
-	}
-	rn.proc, err = spawn(b.paths.exe, cfg, cgfd, rn.req.MaxOutputBytes)
-	if err != nil {
-		rn.out.refusal = "the box could not be made: " + err.Error()
-		return
-	}
-	rn.at.spawned = time.Now()
 	rn.supervise(ctx)
 	rn.enter(phaseSettle)
 	rn.settle()
@@ -429,6 +455,71 @@ func (rn *run) execute(ctx context.Context) {
 	}
 	rn.at.collected = time.Now()
 	rn.measure()
+}
+
+// makeCold makes a box for the run alone: its cgroup, its /tmp with the
+// input files, and box-init, which execs python3 -I -B -c CODE. It says
+// whether the box runs; if not, the outcome says why.
+func (rn *run) makeCold(ctx context.Context) bool {
+	b := rn.b
+	refuse := func(err error) bool {
+		rn.out.refusal = "the box could not be made: " + err.Error()
+		return false
+	}
+	if rn.slot = b.takeSlot(); rn.slot < 0 {
+		return refuse(errors.New("every box slot is in use"))
+	}
+	ids := slotIDs(rn.slot)
+	var err error
+	if b.paths.cgroups != "" {
+		if rn.cg, err = makeCgroup(b.paths.cgroups, rn.boxID, cpuWeightRun); err != nil {
+			return refuse(err)
+		}
+	}
+	rn.at.cgroup = time.Now()
+	image := b.paths.images + "/" + rn.req.Image
+	if rn.st, err = makeStaging(b.paths.staging, rn.boxID, image, rn.req.Files, ids); err != nil {
+		return refuse(err)
+	}
+	rn.at.staged = time.Now()
+	if ctx.Err() != nil {
+		rn.out.cancelled = true
+		return false
+	}
+	cfg := b.childConfig(rn.req.Image, rn.st.tmp, []string{"python3", "-I", "-B", "-c", rn.req.Code}, rn.req.Data)
+	if rn.proc, err = spawn(spawnSpec{exe: b.paths.exe, cfg: cfg, cgroupFD: rn.cg.descriptor(), ids: ids, maxOut: rn.req.MaxOutputBytes}); err != nil {
+		return refuse(err)
+	}
+	rn.proc.watch(b.wait)
+	rn.at.spawned = time.Now()
+	return true
+}
+
+// childConfig is what box-init gets for a box of image, with the staging
+// tmpfs tmp as its /tmp, that runs argv.
+func (b *Box) childConfig(image, tmp string, argv []string, data []wire.DataFolder) childConfig {
+	root := b.paths.images + "/" + image
+	cfg := childConfig{
+		Root: root, Staging: tmp, Argv: argv, Env: programEnv(runtime.GOARCH, b.cfg.Accel),
+		AgentNS: b.agentNS, UID: programID, GID: programID, FileSizeMax: tmpBytes,
+	}
+	for _, d := range data {
+		cfg.Data = append(cfg.Data, dataMount{Name: d.Name, Source: b.paths.data + "/" + d.Name})
+	}
+	cfg.SkipPosture, cfg.SkipSeccomp = b.skips()
+	return cfg
+}
+
+// startedAt is when the program started: box-init's good posture for a
+// cold box, the "go" for a warm one.
+func (rn *run) startedAt() time.Time {
+	if rn.warm != nil {
+		return rn.go_
+	}
+	if rn.proc == nil {
+		return time.Time{}
+	}
+	return rn.proc.report.startedAt
 }
 
 // deliver streams /tmp/output whole to the host, for a run that asked.
@@ -487,16 +578,18 @@ func programEnv(goarch, accel string) []string {
 // kill the cgroup again and say what is left.
 func (rn *run) supervise(ctx context.Context) {
 	p := rn.proc
-	exited := make(chan unix.WaitStatus, 1)
-	go func() {
-		ws, _ := rn.b.wait(p.pid)
-		exited <- ws
-	}()
+	exited := p.exited
 	// Setup's allowance counts from the run's request, not from spawn.
 	setup := time.NewTimer(time.Until(rn.at.begun.Add(wire.SetupAllowance)))
 	defer setup.Stop()
 	var deadline, killed <-chan time.Time
 	started, cancelled := p.report.started, ctx.Done()
+	if rn.warm != nil {
+		// The program started at the hand-over's "go".
+		now := make(chan struct{})
+		close(now)
+		started = now
+	}
 	kill := func() {
 		rn.kill()
 		rn.settleBy = time.Now().Add(wire.SettleAllowance)
@@ -586,8 +679,8 @@ func (rn *run) settle() {
 	rn.rec.Capture.Stdout, rn.rec.Capture.StdoutText = p.stdout.stream()
 	rn.rec.Capture.Stderr, rn.rec.Capture.StderrText = p.stderr.stream()
 	rn.rec.Posture = p.report.posture
-	if !p.report.startedAt.IsZero() && !rn.exitedAt.IsZero() {
-		rn.rec.WallMS = rn.exitedAt.Sub(p.report.startedAt).Milliseconds()
+	if start := rn.startedAt(); !start.IsZero() && !rn.exitedAt.IsZero() {
+		rn.rec.WallMS = rn.exitedAt.Sub(start).Milliseconds()
 	}
 }
 
@@ -607,7 +700,9 @@ func (rn *run) measure() {
 		rn.rec.Memory.Reading = readingFinal
 	}
 	rn.rec.Memory.OOMKilled = s.oomKills > 0
-	rn.rec.CPU = wire.CPUTime{UserMS: s.userUsec / 1000, SystemMS: s.systemUsec / 1000}
+	// A warm box's CPU before the hand-over (the preload) is not the
+	// program's.
+	rn.rec.CPU = wire.CPUTime{UserMS: (s.userUsec - rn.cpu0.userUsec) / 1000, SystemMS: (s.systemUsec - rn.cpu0.systemUsec) / 1000}
 	rn.rec.Pids.LimitHit = s.pidsMaxHit
 }
 
@@ -616,33 +711,42 @@ func (rn *run) measure() {
 // later attempt removes it.
 func (rn *run) cleanup() wire.Cleanup {
 	if rn.st == nil && rn.cg == nil {
+		rn.b.freeSlot(rn.slot)
 		return wire.Cleanup{Status: wire.CleanupNotAttempted}
 	}
+	return rn.b.removeBox(rn.req.RunID, rn.cg, rn.st, rn.empty, rn.slot)
+}
+
+// removeBox removes a box's tmpfs and cgroup, then checks that they are
+// gone: only then is it REMOVED. What is left is remembered, and runs are
+// refused until a later attempt removes it. Its slot is free again.
+func (b *Box) removeBox(id string, cg *runCgroup, st *staging, empty bool, slot int) wire.Cleanup {
+	defer b.freeSlot(slot)
 	var errs []string
-	if rn.cg != nil && !rn.empty {
-		// A run that failed before its box emptied: one more try, in
-		// part of the cleanup's allowance (removal takes the rest).
-		rn.cg.kill()
-		rn.cg.waitEmpty(wire.CleanupAllowance - time.Second)
+	if cg != nil && !empty {
+		// A box that never emptied: one more try, in part of the
+		// cleanup's allowance (removal takes the rest).
+		cg.kill()
+		cg.waitEmpty(wire.CleanupAllowance - time.Second)
 	}
-	if rn.st != nil {
-		if err := rn.st.remove(); err != nil {
+	if st != nil {
+		if err := st.remove(); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
-	if rn.cg != nil {
-		if err := rn.cg.remove(); err != nil {
+	if cg != nil {
+		if err := cg.remove(); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
-	l := leftover{runID: rn.req.RunID, st: rn.st, cg: rn.cg}
+	l := leftover{runID: id, st: st, cg: cg}
 	left := l.what()
 	if len(left) == 0 {
 		return wire.Cleanup{Status: wire.CleanupRemoved}
 	}
-	rn.b.mu.Lock()
-	rn.b.left = append(rn.b.left, l)
-	rn.b.mu.Unlock()
+	b.mu.Lock()
+	b.left = append(b.left, l)
+	b.mu.Unlock()
 	detail := "left: " + strings.Join(left, ", ")
 	if len(errs) > 0 {
 		detail += " (" + strings.Join(errs, "; ") + ")"

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,13 +62,23 @@ func checkCgroup2() error {
 	return nil
 }
 
-// makeCgroup creates the run's cgroup under parent and sets its limits.
-func makeCgroup(parent, runID string) (*runCgroup, error) {
+// CPU weights (cpu.weight, 1–10000, 100 by default): a warm box warming
+// or waiting gets a tenth of what a run gets, so that a running program
+// is slowed as little as possible by the next one's preparation.
+const (
+	cpuWeightRun  = 100
+	cpuWeightWarm = 10
+)
+
+// makeCgroup creates the run's cgroup under parent and sets its limits
+// and CPU weight.
+func makeCgroup(parent, runID string, weight int) (*runCgroup, error) {
 	c := &runCgroup{dir: filepath.Join(parent, runID), fd: -1}
 	if err := os.Mkdir(c.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("make the run's cgroup: %w", err)
 	}
-	for _, s := range cgroupSettings {
+	settings := append(slices.Clone(cgroupSettings), cgroupSetting{file: "cpu.weight", value: strconv.Itoa(weight), optional: true})
+	for _, s := range settings {
 		err := os.WriteFile(filepath.Join(c.dir, s.file), []byte(s.value), 0)
 		if err != nil && !(s.optional && errors.Is(err, os.ErrNotExist)) {
 			return c, fmt.Errorf("%s: %w (are +memory +pids enabled in %s/cgroup.subtree_control?)", s, err, parent)
@@ -79,6 +90,44 @@ func makeCgroup(parent, runID string) (*runCgroup, error) {
 	}
 	c.fd = fd
 	return c, nil
+}
+
+// descriptor is the directory's descriptor for CLONE_INTO_CGROUP, or -1
+// without a cgroup (tests).
+func (c *runCgroup) descriptor() int {
+	if c == nil {
+		return -1
+	}
+	return c.fd
+}
+
+// set writes one of the cgroup's files.
+func (c *runCgroup) set(file, value string) error {
+	return os.WriteFile(filepath.Join(c.dir, file), []byte(value), 0)
+}
+
+// read reads one of the cgroup's files that holds a number.
+func (c *runCgroup) read(file string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(c.dir, file))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+}
+
+// procs lists the processes in the cgroup, as the agent sees their pids.
+func (c *runCgroup) procs() []int {
+	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // kill kills every process in the cgroup at once (cgroup.kill).

@@ -396,7 +396,7 @@ func TestCleanupFailureAndRecovery(t *testing.T) {
 		t.Skip("mounting the staging tmpfs needs root (try: sudo go test)")
 	}
 	b := &Box{paths: paths{staging: t.TempDir()}}
-	st, err := makeStaging(b.paths.staging, "stuck", "/nonexistent-image", nil)
+	st, err := makeStaging(b.paths.staging, "stuck", "/nonexistent-image", nil, slotIDs(0))
 	if err != nil {
 		t.Fatal(err)
 	}

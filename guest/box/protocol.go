@@ -14,13 +14,28 @@ const (
 	reportFD = 4 // write: report lines; close-on-exec
 )
 
-// Identities. The box's user namespace maps its uid/gid 0 (box-init's
-// setup only) and 1000 (the program) to unprivileged ids of the guest.
-const (
-	boxRootID     = 100000 // the box's 0, as the agent sees it
-	programID     = 1000   // the program's uid and gid inside the box
-	programHostID = 101000 // the program's ids as the agent sees them
-)
+// programID is the program's uid and gid inside the box.
+const programID = 1000
+
+// hostIDs are the unprivileged ids of the guest that a box's user
+// namespace maps its uid/gid 0 (box-init's setup only) and programID to.
+// Boxes alive at the same time (a run, and warm boxes waiting for the
+// next) each get ids of their own, so that nothing the kernel accounts
+// per uid (pipe buffers, pending signals, inotify watches) is shared, and
+// no box can signal another's processes.
+type hostIDs struct {
+	root    int // the box's 0, as the agent sees it
+	program int // programID, as the agent sees it
+}
+
+// maxSlots bounds the boxes alive at once: a run, and a warm box for
+// each image (at most 8 images warm).
+const maxSlots = 10
+
+// slotIDs are the ids of slot n: slot 0 has 100000 and 101000.
+func slotIDs(n int) hostIDs {
+	return hostIDs{root: 100000 + 2000*n, program: 101000 + 2000*n}
+}
 
 // exitSetup is box-init's exit status when a step fails before exec.
 const exitSetup = 125

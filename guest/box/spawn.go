@@ -25,15 +25,36 @@ type boxProc struct {
 	stdout *capture
 	stderr *capture
 	report *reports
+	// exited gets box-init's wait status once (see watch).
+	exited chan unix.WaitStatus
+}
+
+// watch collects box-init's exit with wait, into exited.
+func (p *boxProc) watch(wait func(int) (unix.WaitStatus, *unix.Rusage)) {
+	p.exited = make(chan unix.WaitStatus, 1)
+	go func() {
+		ws, _ := wait(p.pid)
+		p.exited <- ws
+	}()
+}
+
+// spawnSpec is how to start one box-init.
+type spawnSpec struct {
+	exe      string
+	cfg      childConfig
+	cgroupFD int // < 0: no cgroup (tests)
+	ids      hostIDs
+	stdin    *os.File // the program's fd 0; nil: /dev/null
+	maxOut   int      // bytes kept of stdout and of stderr
 }
 
 // sysProcAttr is how box-init is cloned: every namespace at once, its
 // uids mapped to unprivileged ids of the guest, and born inside the
 // run's cgroup (cgroupFD < 0 only in tests on a host without cgroup2).
-func sysProcAttr(cgroupFD int) *syscall.SysProcAttr {
+func sysProcAttr(cgroupFD int, hid hostIDs) *syscall.SysProcAttr {
 	ids := []syscall.SysProcIDMap{
-		{ContainerID: 0, HostID: boxRootID, Size: 1},
-		{ContainerID: programID, HostID: programHostID, Size: 1},
+		{ContainerID: 0, HostID: hid.root, Size: 1},
+		{ContainerID: programID, HostID: hid.program, Size: 1},
 	}
 	return &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
@@ -58,7 +79,7 @@ func sysProcAttr(cgroupFD int) *syscall.SysProcAttr {
 // spawn starts box-init with cfg, stdout and stderr kept up to maxOut
 // bytes each. The caller owns the process and must collect it with the
 // reaper.
-func spawn(exe string, cfg childConfig, cgroupFD, maxOut int) (*boxProc, error) {
+func spawn(sp spawnSpec) (*boxProc, error) {
 	var closers []*os.File
 	defer func() {
 		for _, f := range closers {
@@ -72,11 +93,14 @@ func spawn(exe string, cfg childConfig, cgroupFD, maxOut int) (*boxProc, error) 
 		}
 		return r, w, err
 	}
-	stdin, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, err
+	stdin := sp.stdin
+	if stdin == nil {
+		var err error
+		if stdin, err = os.Open(os.DevNull); err != nil {
+			return nil, err
+		}
+		closers = append(closers, stdin)
 	}
-	closers = append(closers, stdin)
 	outR, outW, err := pipe()
 	if err != nil {
 		return nil, err
@@ -93,11 +117,11 @@ func spawn(exe string, cfg childConfig, cgroupFD, maxOut int) (*boxProc, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := os.StartProcess(exe, []string{"box-init", "box-init"}, &os.ProcAttr{
+	p, err := os.StartProcess(sp.exe, []string{"box-init", "box-init"}, &os.ProcAttr{
 		Dir:   "/",
 		Env:   []string{},
 		Files: []*os.File{stdin, outW, errW, cfgR, repW}, // fds 0–4
-		Sys:   sysProcAttr(cgroupFD),
+		Sys:   sysProcAttr(sp.cgroupFD, sp.ids),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start box-init: %w", err)
@@ -107,14 +131,17 @@ func spawn(exe string, cfg childConfig, cgroupFD, maxOut int) (*boxProc, error) 
 	p.Release()
 	// The agent keeps only its read ends (and the config's write end);
 	// once the box's processes are gone, the reads end.
-	closers = []*os.File{stdin, outW, errW, cfgR, repW}
-	bp.stdout = startCapture(outR, maxOut)
-	bp.stderr = startCapture(errR, maxOut)
+	closers = []*os.File{outW, errW, cfgR, repW}
+	if sp.stdin == nil {
+		closers = append(closers, stdin)
+	}
+	bp.stdout = startCapture(outR, sp.maxOut)
+	bp.stderr = startCapture(errR, sp.maxOut)
 	bp.report = readReports(repR)
 	go func() {
 		// box-init reads to the end before anything else, so this never
 		// blocks for long; if box-init died, the write fails.
-		json.NewEncoder(cfgW).Encode(cfg)
+		json.NewEncoder(cfgW).Encode(sp.cfg)
 		cfgW.Close()
 	}()
 	return bp, nil

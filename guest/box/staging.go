@@ -39,13 +39,14 @@ const (
 type staging struct {
 	base string // <root>/<run_id>
 	tmp  string // base/tmp, the mount point
+	ids  hostIDs
 }
 
 // makeStaging mounts the run's tmpfs and fills it: input/ with the
 // request's files, read-only to the program, output/ owned by it, and
 // MPLCONFIGDIR seeded from the image.
-func makeStaging(root, runID, image string, files []wire.InputFile) (*staging, error) {
-	s := &staging{base: filepath.Join(root, runID)}
+func makeStaging(root, runID, image string, files []wire.InputFile, ids hostIDs) (*staging, error) {
+	s := &staging{base: filepath.Join(root, runID), ids: ids}
 	s.tmp = filepath.Join(s.base, "tmp")
 	// The box's root walks these directories to bind the tmpfs: it is
 	// "other" to them, so they need o+x.
@@ -58,13 +59,13 @@ func makeStaging(root, runID, image string, files []wire.InputFile) (*staging, e
 	if err := os.Mkdir(s.tmp, 0o700); err != nil {
 		return s, err
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=1777,uid=%d,gid=%d", tmpBytes, tmpInodes, boxRootID, boxRootID)
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=1777,uid=%d,gid=%d", tmpBytes, tmpInodes, ids.root, ids.root)
 	if err := unix.Mount("pybox-tmp", s.tmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return s, fmt.Errorf("mount the staging tmpfs: %w", err)
 	}
 	steps := []func() error{
 		func() error { return s.writeInput(files) },
-		func() error { return mkdirOwned(filepath.Join(s.tmp, "output"), 0o755, programHostID) },
+		func() error { return mkdirOwned(filepath.Join(s.tmp, "output"), 0o755, ids.program) },
 		func() error { return s.seedMPL(image) },
 	}
 	for _, step := range steps {
@@ -80,11 +81,11 @@ func makeStaging(root, runID, image string, files []wire.InputFile) (*staging, e
 // can neither change nor remove them. Names were checked by wire.Run.Check.
 func (s *staging) writeInput(files []wire.InputFile) error {
 	dir := filepath.Join(s.tmp, "input")
-	if err := mkdirOwned(dir, 0o755, boxRootID); err != nil {
+	if err := mkdirOwned(dir, 0o755, s.ids.root); err != nil {
 		return err
 	}
 	for _, f := range files {
-		if err := writeOwned(filepath.Join(dir, f.Name), f.Content, 0o444, boxRootID); err != nil {
+		if err := writeOwned(filepath.Join(dir, f.Name), f.Content, 0o444, s.ids.root); err != nil {
 			return fmt.Errorf("input file %q: %w", f.Name, err)
 		}
 	}
@@ -94,11 +95,11 @@ func (s *staging) writeInput(files []wire.InputFile) error {
 // seedMPL makes MPLCONFIGDIR and copies the image's prebuilt cache into it.
 func (s *staging) seedMPL(image string) error {
 	cfg := filepath.Join(s.tmp, ".config")
-	if err := mkdirOwned(cfg, 0o755, programHostID); err != nil {
+	if err := mkdirOwned(cfg, 0o755, s.ids.program); err != nil {
 		return err
 	}
 	mpl := filepath.Join(s.tmp, mplConfig)
-	if err := mkdirOwned(mpl, 0o755, programHostID); err != nil {
+	if err := mkdirOwned(mpl, 0o755, s.ids.program); err != nil {
 		return err
 	}
 	seed := filepath.Join(image, mplSeed)
@@ -119,7 +120,7 @@ func (s *staging) seedMPL(image string) error {
 			return fmt.Errorf("matplotlib seed %s: %w", e.Name(), err)
 		}
 		budget -= int64(len(b))
-		if err := writeOwned(filepath.Join(mpl, e.Name()), b, 0o644, programHostID); err != nil {
+		if err := writeOwned(filepath.Join(mpl, e.Name()), b, 0o644, s.ids.program); err != nil {
 			return err
 		}
 	}

@@ -355,6 +355,12 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 		r.Output.NotReturned = append(r.Output.NotReturned, n)
 	}
 	r.Overruns = cutStrings(in.Overruns, maxTextString, s)
+	if in.Box != nil {
+		bi := *in.Box
+		bi.Preloaded = cutStrings(bi.Preloaded, maxShortString, s)
+		s(&bi.Fallback, maxTextString)
+		r.Box = &bi
+	}
 	r.Output.Delivered = digests(in.Output.Delivered, maxReturned, s)
 	r.Output.NotDelivered = nil
 	for _, n := range in.Output.NotDelivered[:min(len(in.Output.NotDelivered), wire.MaxListedNotReturned)] {

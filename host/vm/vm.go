@@ -34,6 +34,9 @@ type Config struct {
 	Dir string `json:"dir"`
 	// Data are the data folders shared with the guest, read-only.
 	Data []DataShare `json:"data,omitempty"`
+	// NoWarm turns the guest's warm boxes off: every run starts its
+	// python3 from nothing.
+	NoWarm bool `json:"no_warm,omitempty"`
 	// NoQEMUSandbox lets the VM start under a QEMU built without its
 	// seccomp sandbox (-sandbox); without it such a QEMU is refused.
 	NoQEMUSandbox bool `json:"no_qemu_sandbox,omitempty"`
@@ -205,6 +208,9 @@ func KernelCmdline(cfg Config, accel string) string {
 	}
 	for _, d := range cfg.Data {
 		args = append(args, "pybox.data="+d.Name)
+	}
+	if cfg.NoWarm {
+		args = append(args, "pybox.warm=0")
 	}
 	return strings.Join(args, " ")
 }

@@ -67,6 +67,19 @@ type AgentStatus struct {
 	Health string `json:"health"`
 	// Run is the run in progress, if any.
 	Run *RunProgress `json:"run,omitempty"`
+	// Warm says how each image's warm box is.
+	Warm []WarmBox `json:"warm,omitempty"`
+}
+
+// WarmBox is how an image's warm box is: "warming" (for ForMS), "ready"
+// (waiting for ForMS, with its preload), "cold" (none, and Reason says
+// why) or "off" (warm boxes are turned off).
+type WarmBox struct {
+	Image     string   `json:"image"`
+	State     string   `json:"state"`
+	ForMS     int64    `json:"for_ms,omitempty"`
+	Preloaded []string `json:"preloaded,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
 }
 
 // RunProgress is where the run in progress is.

@@ -75,6 +75,9 @@ type Receipt struct {
 	Data    []DataFolder `json:"data,omitempty"`
 	Output  Output       `json:"output_files"`
 	Posture *Posture     `json:"posture,omitempty"`
+	// Box says how the box was made: cold for this run, or warm (made
+	// ahead, its image's preload list imported before the hand-over).
+	Box *BoxInfo `json:"box,omitempty"`
 	// Overruns names each phase that ran out of its allowance (see
 	// RunBound) and stopped where it was, and what it left undone.
 	Overruns []string `json:"overruns,omitempty"`
@@ -104,6 +107,24 @@ type CPUTime struct {
 	SystemMS int64 `json:"system_ms"`
 }
 
+// BoxInfo says how a run's box was made.
+type BoxInfo struct {
+	Warm bool `json:"warm"`
+	// Preloaded are the modules already in sys.modules at the program's
+	// start (a warm box's preload list): the one way its program can
+	// tell it from a cold box's.
+	Preloaded []string `json:"preloaded,omitempty"`
+	// PrepareMS is how long the warm box took to start and preload;
+	// ReadyMS how long it then waited for this run.
+	PrepareMS int64 `json:"prepare_ms,omitempty"`
+	ReadyMS   int64 `json:"ready_ms,omitempty"`
+	// PrepareCPUMS is the CPU the warm box used before the hand-over
+	// (starting python3, the preload): what warming cost this run.
+	PrepareCPUMS int64 `json:"prepare_cpu_ms,omitempty"`
+	// Fallback says why a cold box ran a program whose image is warmed.
+	Fallback string `json:"fallback,omitempty"`
+}
+
 // Memory is the box's memory reading. Reading is "final" when memory.peak
 // was read after every process in the box was gone.
 type Memory struct {
@@ -111,6 +132,10 @@ type Memory struct {
 	Reading    string `json:"reading"`
 	LimitBytes int64  `json:"limit_bytes"`
 	OOMKilled  bool   `json:"oom_killed"`
+	// PreloadBytes is what a warm box held at the hand-over (its preload).
+	// PeakBytes is the whole box's peak, the preload with it; LimitBytes
+	// is the program's limit on top of the preload.
+	PreloadBytes int64 `json:"preload_bytes,omitempty"`
 }
 
 // Pids says whether the box hit its process limit.

@@ -1,0 +1,145 @@
+package main
+
+// The warm part of `make bench`: the same calls, in one run, on a VM
+// with warm boxes (the default) and on one without (--warm 0), each with
+// a short think time between calls, as an agent leaves one, and back to
+// back, where a call may find the next warm box still warming.
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchThink is the pause before each call of the "think" series.
+const benchThink = 2 * time.Second
+
+// warmPrograms are the calls timed warm and cold: what users mostly
+// bring, and a trivial one in each image.
+var warmPrograms = []struct {
+	name string
+	args map[string]any
+}{
+	{"print(1) in stdlib", map[string]any{"code": benchTrivial, "timeout_s": 30}},
+	{"print(1) in data", map[string]any{"code": benchTrivial, "image": "data", "timeout_s": 30}},
+	{"pandas: read a CSV, sum", map[string]any{"code": "import pandas as pd\nprint(pd.read_csv('/tmp/input/sales.csv').sum())",
+		"image": "data", "timeout_s": 30, "files": []map[string]string{{"name": "sales.csv", "content": "region,sales\nnorth,120\nsouth,80\n"}}}},
+	{"matplotlib PNG", map[string]any{"code": benchPlot, "image": "data", "timeout_s": 30, "return_files": true}},
+}
+
+// warmReceipt is what the warm part reads of a result.
+type warmReceipt struct {
+	Execution struct {
+		Status string `json:"status"`
+		WallMS int64  `json:"wall_ms"`
+		Memory struct {
+			PeakBytes    int64 `json:"peak_bytes"`
+			PreloadBytes int64 `json:"preload_bytes"`
+		} `json:"memory"`
+		Box struct {
+			Warm         bool  `json:"warm"`
+			PrepareMS    int64 `json:"prepare_ms"`
+			PrepareCPUMS int64 `json:"prepare_cpu_ms"`
+		} `json:"box"`
+	} `json:"execution"`
+}
+
+func benchWarm(b *testing.B, r *benchReport, k benchKnobs) {
+	for _, mode := range []struct {
+		name string
+		args []string
+	}{{"warm", nil}, {"cold", []string{"--warm", "0"}}} {
+		e := benchEnv(b)
+		if out, errOut, code := e.pybox(append([]string{"vm", "start", "--images", "stdlib,data"}, mode.args...)...); code != 0 {
+			b.Fatalf("vm start: %s%s", out, errOut)
+		}
+		if mode.name == "warm" {
+			waitWarm(b, e)
+		}
+		m := &mcpSession{b: b, e: e}
+		for _, p := range warmPrograms {
+			for _, series := range []struct {
+				name  string
+				think time.Duration
+			}{{"think " + benchThink.String(), benchThink}, {"back to back", 0}} {
+				var rtt, prepCPU, preload []float64
+				for i := 0; i < k.WarmRuns; i++ {
+					time.Sleep(series.think)
+					d, _ := m.call(p.args)
+					var wr warmReceipt
+					json.Unmarshal([]byte(m.lastText), &wr)
+					if wr.Execution.Status != "ok" {
+						continue
+					}
+					if (mode.name == "warm") != wr.Execution.Box.Warm {
+						r.Notes = append(r.Notes, fmt.Sprintf("a %s call of %s ran in a %v box", mode.name, p.name, map[bool]string{true: "warm", false: "cold"}[wr.Execution.Box.Warm]))
+					}
+					rtt = append(rtt, d)
+					prepCPU = append(prepCPU, float64(wr.Execution.Box.PrepareCPUMS))
+					preload = append(preload, mib(wr.Execution.Memory.PreloadBytes))
+				}
+				name := fmt.Sprintf("%s, %s, %s", p.name, mode.name, series.name)
+				note := "tools/call round trip"
+				if mode.name == "warm" && len(prepCPU) > 0 {
+					note += fmt.Sprintf("; warming cost per call: CPU %s ms (median), preload held %s MiB", num(median(prepCPU)), num(median(preload)))
+				}
+				r.add(newFigure("warm", name, "ms", rtt, note))
+			}
+		}
+		if mode.name == "warm" {
+			benchBareWarm(b, r, k, e)
+		}
+		if m.cs != nil {
+			m.cs.Close()
+		}
+		e.pybox("vm", "stop")
+	}
+	warmGoals(r)
+}
+
+// waitWarm waits until every image's warm box is ready.
+func waitWarm(b *testing.B, e *vmEnv) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		out, _, _ := e.pybox("vm", "status")
+		if strings.Count(out, "ready for") >= 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the warm boxes were not ready within 5 minutes:\n%s", out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// benchBareWarm is benchBare on the warm VM, under its own name.
+func benchBareWarm(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv) {
+	before := len(r.Figures)
+	benchBare(b, r, k, e)
+	for _, f := range r.Figures[before:] {
+		f.Section, f.Name = "warm", "bare python3 -I -B -c pass started inside a box (same guest)"
+	}
+}
+
+// warmGoals sets the warm boxes' goals, as ratios from this run.
+func warmGoals(r *benchReport) {
+	find := func(prog, mode string) *figure {
+		return r.find("warm", fmt.Sprintf("%s, %s, think %s", prog, mode, benchThink))
+	}
+	ratio := func(name string, a, b *figure, goal string) {
+		if a == nil || b == nil || b.Median == 0 {
+			return
+		}
+		f := r.add(newFigure("goals", name, "×", []float64{a.Median / b.Median}, fmt.Sprintf("%s; medians %s vs %s ms", goal, num(a.Median), num(b.Median))))
+		f.Ratio = math.Round(a.Median/b.Median*100) / 100
+	}
+	ratio("warm pandas call ÷ warm print(1), both in data", find("pandas: read a CSV, sum", "warm"), find("print(1) in data", "warm"), "goal ≤ 2×")
+	ratio("warm print(1) in stdlib (round trip) ÷ bare python3 -I -B -c pass in the same guest", find("print(1) in stdlib", "warm"),
+		r.find("warm", "bare python3 -I -B -c pass started inside a box (same guest)"), "goal ≤ 0.5×")
+	for _, p := range warmPrograms {
+		ratio("warm ÷ cold: "+p.name, find(p.name, "warm"), find(p.name, "cold"), "goal ≤ 1× (no call slower than the cold path)")
+	}
+}

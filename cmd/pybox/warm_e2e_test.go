@@ -1,0 +1,247 @@
+package main
+
+// End-to-end tests of warm boxes: a program in a warm box behaves as in a
+// cold one (`python3 -I -B -c CODE` in a box made for it), every warm box
+// is fresh, and a VM without them (--warm 0) or an image whose warm box
+// fails falls back to cold boxes and says why.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"pybox/shared/wire"
+)
+
+// coldVM starts a VM like the shared one, but with warm boxes off.
+func coldVM(t *testing.T) *vmEnv {
+	e := newVMEnv(t)
+	linkImages(t, e, "stdlib")
+	e.mustStart("--images", "stdlib", "--memory", "1024", "--warm", "0")
+	return e
+}
+
+// equivalence are programs whose receipts must agree, warm or cold, on
+// everything but timings, the box and memory.
+var equivalence = []struct {
+	name, code string
+	flags      []string
+}{
+	{"the program's world", `
+import os, sys, signal, resource, threading, stat
+m = sys.modules["__main__"]
+print("main", sorted(k for k in vars(m)), m.__name__, m.__spec__, m.__package__, getattr(m, "__file__", None))
+print("argv", sys.argv, sys.orig_argv[:-1], sys.orig_argv[-1].startswith("\nimport os, sys, signal"))
+print("flags", sys.flags.isolated, sys.flags.dont_write_bytecode, sys.flags.no_user_site, sys.flags.ignore_environment)
+print("stdin", repr(sys.stdin.read()), stat.S_ISCHR(os.fstat(0).st_mode), sys.stdin.isatty())
+print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd")))
+print("cwd", os.getcwd(), "ids", os.getuid(), os.getgid(), os.getppid())
+print("env", sorted(os.environ))
+print("tmp", sorted(os.listdir("/tmp")), sorted(os.listdir("/tmp/input")), sorted(os.listdir("/tmp/output")))
+print("signals", [(s.name, signal.getsignal(s)) for s in signal.Signals if s not in (signal.SIGKILL, signal.SIGSTOP)])
+print("rlimits", [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_FSIZE, resource.RLIMIT_CORE, resource.RLIMIT_NPROC)])
+print("threads", threading.active_count(), "umask", os.umask(0o22))
+print("status", [l for l in open("/proc/self/status") if l.split(":")[0] in ("CapEff", "NoNewPrivs", "Seccomp", "Uid", "Threads")])
+print("modules", " ".join(sorted(sys.modules)))
+`, nil},
+	{"an uncaught exception", "def f():\n    raise ValueError('boom')\nf()\n", nil},
+	{"a syntax error", "x = (1,\nprint('never')\n", nil},
+	{"sys.exit with a code", "import sys\nprint('out')\nsys.exit(3)\n", nil},
+	{"sys.exit with a message", "import sys\nsys.exit('bad input')\n", nil},
+	{"atexit and unflushed output", "import atexit, sys\natexit.register(lambda: print('at exit'))\nsys.stdout.write('no newline, not flushed')\n", nil},
+	{"SIGTERM to itself", "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\nprint('after')\n", nil},
+	{"SIGINT to itself", "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(1)\n", nil},
+	{"a thread outliving the main code", "import threading, time\ndef late():\n    time.sleep(0.3); print('thread done', flush=True)\nthreading.Thread(target=late).start()\nprint('main done', flush=True)\n", nil},
+	{"multiprocessing", "import multiprocessing as mp\ndef sq(x):\n    return x * x\nif __name__ == '__main__':\n    with mp.Pool(2) as p:\n        print(p.map(sq, range(5)))\n", nil},
+	{"fork", "import os\npid = os.fork()\nif pid == 0:\n    print('child', flush=True); os._exit(7)\n_, st = os.waitpid(pid, 0)\nprint('parent saw', os.waitstatus_to_exitcode(st))\n", nil},
+	{"interleaved streams", "import sys\nfor i in range(5):\n    print('out', i, flush=True); print('err', i, file=sys.stderr, flush=True)\n", nil},
+	{"large and non-UTF-8 output", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe' + b'y' * 20000)\nsys.stderr.write('z' * 9000)\n", []string{"--max-output-bytes", "100"}},
+	{"input and output files", "import shutil\nprint(open('/tmp/input/in.txt').read())\nshutil.copy('/tmp/input/in.txt', '/tmp/output/copy.txt')\n", []string{"--file", "@in.txt"}},
+}
+
+// comparable is a receipt with what may differ between a warm and a cold
+// box (times, memory, the box, the ids that name the run) taken out.
+func comparable(rc *wire.Receipt) string {
+	c := *rc
+	c.RunID, c.WallMS, c.CPU, c.Memory, c.Box, c.Agent = "", 0, wire.CPUTime{}, wire.Memory{}, nil, wire.AgentInfo{}
+	c.Posture = nil
+	c.Image.Digest = ""
+	return fmt.Sprintf("%s|%s|%v|%s|%+v|%q|%q|%+v|%+v", c.Status, c.Reason, deref(c.ExitCode), c.Signal, c.Capture.Stdout,
+		c.Capture.StdoutText, c.Capture.StderrText, c.Capture.Stderr, c.Output)
+}
+
+// modulesLine reads a "modules ..." line of the program's output, and
+// takes it out of the receipt's stdout so that the rest can be compared.
+func modulesLine(rc *wire.Receipt) map[string]bool {
+	lines := strings.Split(rc.Capture.StdoutText, "\n")
+	for i, l := range lines {
+		if rest, ok := strings.CutPrefix(l, "modules "); ok {
+			m := map[string]bool{}
+			for _, name := range strings.Fields(rest) {
+				m[name] = true
+			}
+			rc.Capture.StdoutText = strings.Join(append(lines[:i:i], lines[i+1:]...), "\n")
+			rc.Capture.Stdout = wire.Stream{}
+			return m
+		}
+	}
+	return nil
+}
+
+// preloadClosure is every module a cold box holds after importing the
+// preload list.
+var preloadClosures = map[string]map[string]bool{}
+
+func preloadClosure(t *testing.T, cold *vmEnv, preload []string) map[string]bool {
+	key := strings.Join(preload, ",")
+	if m, ok := preloadClosures[key]; ok {
+		return m
+	}
+	code := "import sys\n"
+	for _, p := range preload {
+		code += "import " + p + "\n"
+	}
+	code += "print('modules', ' '.join(sorted(sys.modules)))\n"
+	m := modulesLine(runPy(t, cold, code, "--timeout", "20").receipt(t))
+	preloadClosures[key] = m
+	return m
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func TestWarmEquivalence(t *testing.T) {
+	warm := boxVM(t)
+	cold := coldVM(t)
+
+	// A VM without warm boxes says so in every receipt and in its status.
+	t.Run("warm boxes off", func(t *testing.T) {
+		rc := runPy(t, cold, `print(1)`, "--timeout", "10").receipt(t)
+		if rc.Box == nil || rc.Box.Warm || !strings.Contains(rc.Box.Fallback, "--warm 0") {
+			t.Errorf("box %+v", rc.Box)
+		}
+		out, _, _ := cold.pybox("vm", "status")
+		if !strings.Contains(out, "warm stdlib:    off") {
+			t.Errorf("vm status:\n%s", out)
+		}
+	})
+
+	in := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(in, []byte("input text\n"), 0o644)
+	for _, c := range equivalence {
+		t.Run(c.name, func(t *testing.T) {
+			flags := []string{"--timeout", "20"}
+			for _, f := range c.flags {
+				flags = append(flags, strings.Replace(f, "@in.txt", in, 1))
+			}
+			if slices.Contains(c.flags, "--file") {
+				flags = append(flags, "--out", t.TempDir())
+			}
+			w := runPy(t, warm, c.code, flags...).receipt(t)
+			k := runPy(t, cold, c.code, flags...).receipt(t)
+			if w.Box == nil || !w.Box.Warm {
+				t.Fatalf("the warm VM ran it cold: %+v", w.Box)
+			}
+			if k.Box == nil || k.Box.Warm || !strings.Contains(k.Box.Fallback, "off") {
+				t.Fatalf("the cold VM's box: %+v", k.Box)
+			}
+			if w.Cleanup.Status != wire.CleanupRemoved || k.Cleanup.Status != wire.CleanupRemoved {
+				t.Errorf("cleanup warm %+v, cold %+v", w.Cleanup, k.Cleanup)
+			}
+			// The one difference allowed: what the preload imported is
+			// in sys.modules already.
+			wm, km := modulesLine(w), modulesLine(k)
+			if wm != nil {
+				closure := preloadClosure(t, cold, w.Box.Preloaded)
+				for m := range km {
+					if !wm[m] {
+						t.Errorf("the warm box lacks module %s", m)
+					}
+				}
+				for m := range wm {
+					if !km[m] && !closure[m] {
+						t.Errorf("the warm box has module %s, which neither a cold box nor the preload (%v) imports", m, w.Box.Preloaded)
+					}
+				}
+			}
+			if cw, ck := comparable(w), comparable(k); cw != ck {
+				t.Errorf("warm and cold disagree:\nwarm: %s\ncold: %s", cw, ck)
+			}
+		})
+	}
+}
+
+// Values that a box made by forking one template would repeat differ
+// from run to run; nothing of a run, nor of the warm box waiting next,
+// is visible to the next run.
+func TestWarmFreshness(t *testing.T) {
+	e := boxVM(t)
+	const probe = `
+import ctypes, os, random, tempfile, uuid
+print("random", random.random())
+print("hash", hash("pybox"))
+print("temp", tempfile.mktemp())
+print("uuid", uuid.uuid4())
+print("addr", ctypes.addressof(ctypes.create_string_buffer(16)))
+print("urandom", os.urandom(8).hex())
+print("pids", sorted(p for p in os.listdir("/proc") if p.isdigit()) == sorted(["1", str(os.getpid())]))
+`
+	seen := map[string]map[string]bool{}
+	line := regexp.MustCompile(`(?m)^(\w+) (.*)$`)
+	for i := range 3 {
+		rc := expectEnd(t, runPy(t, e, probe, "--timeout", "10"), wire.StatusOK)
+		if rc.Box == nil || !rc.Box.Warm {
+			t.Errorf("run %d was not warm: %+v", i, rc.Box)
+		}
+		for _, m := range line.FindAllStringSubmatch(rc.Capture.StdoutText, -1) {
+			if m[1] == "pids" {
+				if m[2] != "True" {
+					t.Errorf("run %d sees processes besides box-init and itself", i)
+				}
+				continue
+			}
+			if seen[m[1]] == nil {
+				seen[m[1]] = map[string]bool{}
+			}
+			if seen[m[1]][m[2]] {
+				t.Errorf("run %d repeats %s %s", i, m[1], m[2])
+			}
+			seen[m[1]][m[2]] = true
+		}
+	}
+	if len(seen) != 6 {
+		t.Errorf("probes seen: %v", seen)
+	}
+	expectClean(t, e)
+}
+
+// A warm box discarded while it waits (as one that died would be) is
+// replaced at once; a call that comes while the next one warms waits for
+// it, and runs warm.
+func TestWarmReplaced(t *testing.T) {
+	e := boxVM(t)
+	if got := agentConsole(t, e.home, "warm discard stdlib"); !strings.Contains(got, "discarded stdlib's warm box") {
+		t.Fatalf("the console said %q", got)
+	}
+	status := agentConsole(t, e.home, "warm")
+	if !strings.Contains(status, "stdlib: warming") && !strings.Contains(status, "stdlib: ready") {
+		t.Errorf("after the discard: %q", status)
+	}
+	rc := expectEnd(t, runPy(t, e, `print("after the discard")`, "--timeout", "10"), wire.StatusOK)
+	if rc.Box == nil || !rc.Box.Warm {
+		t.Errorf("the call after the discard ran %+v", rc.Box)
+	}
+	t.Logf("the call after the discard: box %+v", rc.Box)
+	if log := agentConsole(t, e.home, "log"); !strings.Contains(log, "discarded: discarded from the console") {
+		t.Errorf("the log does not say the box was discarded:\n%s", log)
+	}
+	expectClean(t, e)
+}

@@ -1,0 +1,104 @@
+# The waiter: what a warm box's python3 runs (as `python3 -I -B -c WAITER`)
+# before its program arrives. It imports the image's preload list, says it
+# is ready, takes the program and its stdout and stderr from the agent over
+# fd 0 (a unix seqpacket socket, the only channel there is), reports its
+# descriptors, replaces fd 0 with /dev/null on the agent's "go", and runs
+# the program as `python3 -I -B -c CODE` would: in a fresh __main__, with
+# tracebacks that start at the program and its exit status for the process.
+#
+# It keeps to the modules every interpreter has loaded at start (sys, os),
+# and _socket for the descriptors, so that what a program finds in
+# sys.modules is what a cold box has plus the preload list.
+_main_base = dict(globals())
+
+
+def _pybox_wait():
+    import sys, os
+    import _socket
+
+    ctl = _socket.socket(fileno=0)
+
+    def say(line):
+        ctl.send(line.encode() + b"\n")
+
+    preloaded = []
+    try:
+        with open("/usr/share/pybox/preload") as f:
+            wanted = [m.strip() for m in f if m.strip() and not m.startswith("#")]
+    except FileNotFoundError:
+        wanted = []
+    for name in wanted:
+        try:
+            __import__(name)
+        except BaseException as e:
+            say("fail %s: %s: %s" % (name, type(e).__name__, e))
+            os._exit(3)
+        preloaded.append(name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    say("ready " + " ".join(preloaded))
+
+    # The program's code, with its stdout and stderr.
+    fd_size = 4
+    msg, anc, _, _ = ctl.recvmsg(1 << 20, _socket.CMSG_SPACE(2 * fd_size))
+    fds = []
+    for level, kind, data in anc:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(data[i:i + fd_size], sys.byteorder) for i in range(0, len(data) - fd_size + 1, fd_size)]
+    if len(fds) != 2 or not msg:
+        say("fail the hand-over brought %d descriptors and %d bytes" % (len(fds), len(msg)))
+        os._exit(3)
+    os.dup2(fds[0], 1)
+    os.dup2(fds[1], 2)
+    os.close(fds[0])
+    os.close(fds[1])
+
+    # Whatever is open now besides 0-2 would reach the program.
+    open_fds = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue  # the directory listdir had open
+        open_fds.append(fd)
+    say("fds " + ",".join(str(fd) for fd in sorted(open_fds)))
+    if ctl.recv(16) != b"go":
+        os._exit(3)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)  # the socket's last descriptor: the channel is gone
+    os.close(null)
+    ctl.detach()
+    if "_socket" not in preloaded and not any(m == "socket" or m.startswith("socket.") for m in sys.modules):
+        del sys.modules["_socket"]
+    return msg.decode()
+
+
+def _pybox_run(code):
+    import sys
+
+    main = type(sys)("__main__")
+    main.__dict__.update(_main_base)
+    sys.modules["__main__"] = main
+    sys.orig_argv[-1] = code
+    try:
+        exec(compile(code, "<string>", "exec"), main.__dict__)
+    except SystemExit:
+        raise  # handled by the interpreter, as for any -c program
+    except BaseException as e:
+        # As the interpreter would print it: from the program's frame on.
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        e = e.with_traceback(tb)
+        sys.last_exc, sys.last_type, sys.last_value, sys.last_traceback = e, type(e), e, tb
+        sys.excepthook(type(e), e, tb)
+        if isinstance(e, KeyboardInterrupt):
+            # The interpreter ends a program stopped by SIGINT with SIGINT.
+            import atexit, os, signal
+            sys.stdout.flush()
+            atexit._run_exitfuncs()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        raise SystemExit(1)
+
+
+_pybox_run(_pybox_wait())

@@ -1,0 +1,510 @@
+//go:build linux
+
+package box
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"pybox/shared/wire"
+)
+
+// A warm box is a box made ahead of its run, by the same path as any
+// other (fresh namespaces, its own cgroup, seccomp, the tmpfs, the
+// posture check), whose python3 has started and imported its image's
+// preload list and waits for exactly one program. Each is its own exec of
+// python3, never a fork of another: its hash secret, address layout and
+// random states are its own. The agent keeps one for each image; when a
+// run takes it, the next one starts warming at once, at a tenth of a
+// run's CPU weight.
+//
+// The waiting interpreter's only channel is its fd 0, one end of a unix
+// seqpacket socket whose other end the agent holds: the agent sends the
+// program's code with its stdout and stderr (fresh pipes, so that nothing
+// the preload printed reaches the program's capture); the waiter reports
+// the descriptors it holds, and on "go" replaces fd 0 with /dev/null and
+// runs the program as `python3 -I -B -c CODE` would (waiter.py).
+
+//go:embed waiter.py
+var waiterSource string
+
+// Bounds of warming.
+const (
+	// warmLimit bounds a warm box's start and preload: under TCG the
+	// data image's imports take some seconds, and the box warms at a
+	// tenth of a run's CPU weight while a run goes on.
+	warmLimit = 3 * time.Minute
+	// warmFailures in a row make an image run cold until the VM restarts:
+	// a preload that fails fails again.
+	warmFailures = 3
+	// handOverLimit bounds each exchange with the waiter at the hand-over.
+	handOverLimit = 5 * time.Second
+	// waitingOOMScore makes a waiting warm box the first the kernel's OOM
+	// killer takes, before any run.
+	waitingOOMScore = "1000"
+)
+
+// warmBox is one box warming or waiting.
+type warmBox struct {
+	id, image string
+	slot      int
+	cg        *runCgroup
+	st        *staging
+	proc      *boxProc
+	ctl       *os.File // the agent's end of the waiter's socket
+	spawned   time.Time
+	readyAt   time.Time
+	preloaded []string
+	done      chan struct{} // closed once it is ready or has failed
+	taken     chan struct{} // closed when a run takes it
+	err       error         // why it failed; set before done closes
+}
+
+// pool is the Box's warm boxes, under Box.mu.
+type pool struct {
+	enabled  bool
+	closed   bool
+	boxes    map[string]*warmBox // the one box of each image
+	failures map[string]int      // failures in a row, by image
+	why      map[string]string   // why an image runs cold
+	seq      int
+}
+
+func (p *pool) init(enabled bool) {
+	p.enabled = enabled
+	p.boxes, p.failures, p.why = map[string]*warmBox{}, map[string]int{}, map[string]string{}
+}
+
+// StartWarming makes a warm box for each image, in the background.
+func (b *Box) StartWarming() {
+	for name := range b.cfg.Images {
+		b.replenish(name)
+	}
+}
+
+// replenish starts a warm box for image unless one is there, warming is
+// off, or the image has failed too often.
+func (b *Box) replenish(image string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := &b.warm
+	if !p.enabled || p.closed || p.boxes[image] != nil || p.failures[image] >= warmFailures || b.paths.cgroups == "" {
+		return
+	}
+	slot := -1
+	for i, used := range b.slots {
+		if !used {
+			b.slots[i], slot = true, i
+			break
+		}
+	}
+	if slot < 0 {
+		return // every slot in use: the next run replenishes
+	}
+	p.seq++
+	wb := &warmBox{id: fmt.Sprintf("warm-%s-%d", image, p.seq), image: image, slot: slot,
+		done: make(chan struct{}), taken: make(chan struct{})}
+	p.boxes[image] = wb
+	go b.warmUp(wb)
+}
+
+// warmUp makes wb and waits until its waiter is ready, or discards it.
+func (b *Box) warmUp(wb *warmBox) {
+	wb.spawned = time.Now()
+	err := b.makeWarm(wb)
+	if err == nil {
+		err = wb.awaitReady()
+	}
+	if err != nil {
+		wb.err = err
+		b.discard(wb, err.Error(), true)
+		close(wb.done)
+		return
+	}
+	wb.readyAt = time.Now()
+	for _, pid := range wb.cg.procs() {
+		os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(waitingOOMScore), 0)
+	}
+	b.mu.Lock()
+	delete(b.warm.failures, wb.image)
+	delete(b.warm.why, wb.image)
+	b.mu.Unlock()
+	b.logf("box: warm box %s ready in %d ms, preloaded: %s", wb.id, wb.readyAt.Sub(wb.spawned).Milliseconds(), strings.Join(wb.preloaded, " "))
+	close(wb.done)
+	go b.watchWarm(wb)
+}
+
+// makeWarm makes the box: cgroup (at the warm CPU weight), /tmp with no
+// input yet, and box-init with fd 0 the waiter's socket.
+func (b *Box) makeWarm(wb *warmBox) error {
+	var err error
+	if wb.cg, err = makeCgroup(b.paths.cgroups, wb.id, cpuWeightWarm); err != nil {
+		return err
+	}
+	image := b.paths.images + "/" + wb.image
+	ids := slotIDs(wb.slot)
+	if wb.st, err = makeStaging(b.paths.staging, wb.id, image, nil, ids); err != nil {
+		return err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socketpair: %w", err)
+	}
+	// The agent's end is non-blocking, so that its reads and writes have
+	// deadlines; the waiter's stays blocking, as a program's fd 0 is.
+	if err := unix.SetNonblock(pair[0], true); err != nil {
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+		return err
+	}
+	wb.ctl = os.NewFile(uintptr(pair[0]), "waiter")
+	boxEnd := os.NewFile(uintptr(pair[1]), "waiter")
+	defer boxEnd.Close()
+	cfg := b.childConfig(wb.image, wb.st.tmp, []string{"python3", "-I", "-B", "-c", waiterSource}, nil)
+	// What the preload prints is read and dropped; a program's output
+	// goes to pipes of its own (handOver).
+	wb.proc, err = spawn(spawnSpec{exe: b.paths.exe, cfg: cfg, cgroupFD: wb.cg.descriptor(), ids: ids, stdin: boxEnd, maxOut: 1024})
+	if err != nil {
+		return err
+	}
+	wb.proc.watch(b.wait)
+	return nil
+}
+
+// awaitReady waits for box-init's good posture, then for the waiter's
+// "ready" (or "fail ...") line, within warmLimit.
+func (wb *warmBox) awaitReady() error {
+	deadline := time.Now().Add(warmLimit)
+	select {
+	case <-wb.proc.report.started:
+	case <-wb.proc.report.done:
+		return errors.New(wb.proc.report.refusal())
+	case <-time.After(wire.SetupAllowance):
+		return fmt.Errorf("box setup took longer than %v", wire.SetupAllowance)
+	}
+	line, err := wb.readLine(deadline)
+	if err != nil {
+		return fmt.Errorf("the waiter said nothing: %v (box-init %s)", err, wb.proc.report.refusal())
+	}
+	switch words := strings.Fields(line); {
+	case len(words) > 0 && words[0] == "ready":
+		wb.preloaded = words[1:]
+		return nil
+	case strings.HasPrefix(line, "fail "):
+		return fmt.Errorf("the preload failed: %s", strings.TrimPrefix(line, "fail "))
+	}
+	return fmt.Errorf("the waiter said %q", line)
+}
+
+// readLine reads one message of the waiter, by deadline.
+func (wb *warmBox) readLine(deadline time.Time) (string, error) {
+	wb.ctl.SetReadDeadline(deadline)
+	defer wb.ctl.SetReadDeadline(time.Time{})
+	buf := make([]byte, 4096)
+	n, err := wb.ctl.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// watchWarm discards a waiting box that dies (killed, or out of memory)
+// before a run takes it; the image runs cold until the next is ready.
+func (b *Box) watchWarm(wb *warmBox) {
+	select {
+	case <-wb.taken:
+	case ws := <-wb.proc.exited:
+		b.mu.Lock()
+		mine := b.warm.boxes[wb.image] == wb
+		if mine {
+			delete(b.warm.boxes, wb.image)
+		}
+		b.mu.Unlock()
+		if !mine {
+			wb.proc.exited <- ws // taken meanwhile: the run's to collect
+			return
+		}
+		why := fmt.Sprintf("the warm box ended while it waited (%s)", describeStatus(ws))
+		wb.err = errors.New(why)
+		b.discard(wb, why, true)
+		b.replenish(wb.image)
+	}
+}
+
+// takeWarm takes image's warm box for a run, waiting for one that warms
+// until by (or ctx's end). It returns nil when there is none to take: the
+// run then makes a cold box, and the receipt's box says why.
+func (b *Box) takeWarm(ctx context.Context, image string, by time.Time) *warmBox {
+	b.mu.Lock()
+	wb := b.warm.boxes[image]
+	b.mu.Unlock()
+	if wb == nil {
+		return nil
+	}
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-wb.done:
+	case <-ctx.Done():
+		return nil
+	case <-t.C:
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.warm.boxes[image] != wb || wb.err != nil {
+		return nil
+	}
+	delete(b.warm.boxes, image)
+	close(wb.taken)
+	return wb
+}
+
+// coldReason says why a run of image got a cold box, for its receipt.
+func (b *Box) coldReason(image string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := &b.warm
+	switch {
+	case !p.enabled:
+		return "warm boxes are off (pybox vm start --warm 0)"
+	case p.why[image] != "":
+		return p.why[image]
+	case p.boxes[image] != nil:
+		return "the warm box was not ready within the setup's allowance"
+	}
+	return "no warm box was ready"
+}
+
+// discard removes a warm box that failed (or, failed false, was not
+// wanted), and notes why for the image's cold runs.
+func (b *Box) discard(wb *warmBox, why string, failed bool) {
+	b.mu.Lock()
+	if b.warm.boxes[wb.image] == wb {
+		delete(b.warm.boxes, wb.image)
+	}
+	if failed && !b.warm.closed {
+		b.warm.failures[wb.image]++
+		b.warm.why[wb.image] = "the last warm box failed: " + why
+		if b.warm.failures[wb.image] >= warmFailures {
+			b.warm.why[wb.image] += fmt.Sprintf(" (%d failures in a row: this image runs cold until the VM restarts)", warmFailures)
+		}
+	}
+	b.mu.Unlock()
+	b.logf("box: warm box %s discarded: %s", wb.id, why)
+	if wb.ctl != nil {
+		wb.ctl.Close()
+	}
+	empty := true
+	if wb.cg != nil {
+		wb.cg.kill()
+		empty = wb.cg.waitEmpty(wire.SettleAllowance) == nil
+	}
+	if wb.proc != nil {
+		drainBy := time.Now().Add(wire.DrainAllowance)
+		wb.proc.stdout.finish(time.Until(drainBy))
+		wb.proc.stderr.finish(time.Until(drainBy))
+		wb.proc.report.finish(time.Until(drainBy))
+	}
+	if cl := b.removeBox(wb.id, wb.cg, wb.st, empty, wb.slot); cl.Status != wire.CleanupRemoved {
+		b.logf("box: warm box %s: cleanup %s: %s", wb.id, cl.Status, cl.Detail)
+	}
+}
+
+// handOver gives wb the run's program: its input files, fresh stdout and
+// stderr pipes, the code; checks what the waiter holds; restores the
+// box's CPU weight, raises its memory limit by what the preload holds,
+// and tells the waiter to go. Until "go", nothing of the program has run:
+// an error leaves the run free to make a cold box.
+func (rn *run) handOver(ctx context.Context, wb *warmBox) error {
+	rn.mu.Lock()
+	rn.warm, rn.boxID, rn.slot = wb, wb.id, wb.slot
+	rn.mu.Unlock()
+	rn.cg, rn.st, rn.proc = wb.cg, wb.st, wb.proc
+	rn.at.cgroup = time.Now()
+	if err := rn.st.addInput(rn.req.Files); err != nil {
+		return err
+	}
+	rn.at.staged = time.Now()
+	// The preload's pipes are done with: a program's output starts empty.
+	for name, c := range map[string]*capture{"stdout": rn.proc.stdout, "stderr": rn.proc.stderr} {
+		c.finish(0)
+		if st, _ := c.stream(); st.Bytes > 0 {
+			rn.b.logf("box: warm box %s: the preload printed %d bytes on %s (not the program's)", wb.id, st.Bytes, name)
+		}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer outW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		return err
+	}
+	defer errW.Close()
+	rn.proc.stdout = startCapture(outR, rn.req.MaxOutputBytes)
+	rn.proc.stderr = startCapture(errR, rn.req.MaxOutputBytes)
+	rights := unix.UnixRights(int(outW.Fd()), int(errW.Fd()))
+	conn, err := wb.ctl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	wb.ctl.SetWriteDeadline(time.Now().Add(handOverLimit))
+	if err := conn.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), []byte(rn.req.Code), rights, nil, 0)
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil || serr != nil {
+		return fmt.Errorf("sending the program: %v", errors.Join(err, serr))
+	}
+	line, err := wb.readLine(time.Now().Add(handOverLimit))
+	if err != nil {
+		return fmt.Errorf("the waiter did not report its descriptors: %v", err)
+	}
+	if line != "fds 0,1,2" {
+		return fmt.Errorf("the waiter holds more than fds 0-2 (%q)", line)
+	}
+	if ctx.Err() != nil {
+		return errors.New("the run was cancelled")
+	}
+	// The box becomes the run's: a run's CPU weight, the program's own
+	// memory limit on top of the preload, no OOM preference.
+	preload, err := rn.cg.read("memory.current")
+	if err != nil {
+		return err
+	}
+	settings := []struct{ file, value string }{
+		{"cpu.weight", strconv.Itoa(cpuWeightRun)},
+		{"memory.max", strconv.FormatInt(memoryMax+preload, 10)},
+	}
+	for _, s := range settings {
+		if err := rn.cg.set(s.file, s.value); err != nil {
+			return fmt.Errorf("%s: %w", s.file, err)
+		}
+	}
+	for _, pid := range rn.cg.procs() {
+		os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
+	}
+	rn.cpu0, _ = rn.cg.stats()
+	rn.rec.Memory.PreloadBytes, rn.rec.Memory.LimitBytes = preload, memoryMax+preload
+	if _, err := wb.ctl.Write([]byte("go")); err != nil {
+		return fmt.Errorf("go: %w", err)
+	}
+	rn.go_ = time.Now()
+	rn.at.spawned = rn.go_
+	wb.ctl.Close()
+	rn.rec.Box = &wire.BoxInfo{Warm: true, Preloaded: slices.Clone(wb.preloaded),
+		PrepareMS: wb.readyAt.Sub(wb.spawned).Milliseconds(), ReadyMS: rn.go_.Sub(wb.readyAt).Milliseconds(),
+		PrepareCPUMS: (rn.cpu0.userUsec + rn.cpu0.systemUsec) / 1000}
+	// The next run's box starts warming now, at the warm CPU weight.
+	rn.b.replenish(wb.image)
+	return nil
+}
+
+// addInput writes a run's input files into a box's existing input/.
+func (s *staging) addInput(files []wire.InputFile) error {
+	dir := filepath.Join(s.tmp, "input")
+	if len(files) == 0 {
+		return nil
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := writeOwned(filepath.Join(dir, f.Name), f.Content, 0o444, s.ids.root); err != nil {
+			return fmt.Errorf("input file %q: %w", f.Name, err)
+		}
+	}
+	return os.Chmod(dir, 0o555)
+}
+
+// Warm says, for each image, how its warm box is.
+func (b *Box) Warm() []wire.WarmBox {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []wire.WarmBox
+	for name := range b.cfg.Images {
+		w := wire.WarmBox{Image: name}
+		wb := b.warm.boxes[name]
+		switch {
+		case !b.warm.enabled:
+			w.State = "off"
+		case wb == nil:
+			w.State, w.Reason = "cold", b.warm.why[name]
+		case wb.readyAt.IsZero():
+			w.State, w.ForMS = "warming", time.Since(wb.spawned).Milliseconds()
+		default:
+			w.State, w.ForMS, w.Preloaded = "ready", time.Since(wb.readyAt).Milliseconds(), slices.Clone(wb.preloaded)
+		}
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(x, y wire.WarmBox) int { return strings.Compare(x.Image, y.Image) })
+	return out
+}
+
+// Close discards every warm box and makes no more: the VM stops.
+func (b *Box) Close() {
+	b.mu.Lock()
+	b.warm.closed = true
+	var boxes []*warmBox
+	for _, wb := range b.warm.boxes {
+		boxes = append(boxes, wb)
+	}
+	b.mu.Unlock()
+	for _, wb := range boxes {
+		<-wb.done
+		if wb.err == nil {
+			b.discard(wb, "the VM stops", false)
+		}
+	}
+}
+
+// DiscardWarm discards image's warm box, ready or warming, as one that
+// died would be (for the console, when a box is to be looked at anew);
+// the next one starts warming at once.
+func (b *Box) DiscardWarm(image string) error {
+	b.mu.Lock()
+	wb := b.warm.boxes[image]
+	b.mu.Unlock()
+	if wb == nil {
+		return fmt.Errorf("image %q has no warm box", image)
+	}
+	<-wb.done
+	b.mu.Lock()
+	mine := b.warm.boxes[image] == wb && wb.err == nil
+	if mine {
+		delete(b.warm.boxes, image)
+		close(wb.taken)
+	}
+	b.mu.Unlock()
+	if !mine {
+		return fmt.Errorf("image %q's warm box is gone already", image)
+	}
+	b.discard(wb, "discarded from the console", false)
+	b.replenish(image)
+	return nil
+}
+
+// describeStatus says how a process ended.
+func describeStatus(ws unix.WaitStatus) string {
+	switch {
+	case ws.Exited():
+		return "exit " + strconv.Itoa(ws.ExitStatus())
+	case ws.Signaled():
+		return "killed by " + unix.SignalName(syscall.Signal(ws.Signal()))
+	}
+	return fmt.Sprintf("status %#x", uint32(ws))
+}
