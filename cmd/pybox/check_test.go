@@ -36,13 +36,13 @@ func TestCheckWithVM(t *testing.T) {
 			t.Logf("PASS %s: %s", r.Name, r.Detail)
 		}
 	}
-	want := []string{"initialize", "tools-list", "stdlib-run", "memory-final", "image:stdlib", "image:data", "files",
+	want := []string{"initialize", "tools-list", "stdlib-run", "memory-final", "image:stdlib", "image:data", "fresh", "files",
 		"chart", "unknown-argument", "timeout-ceiling", "output-is-data", "busy", "cancel", "timeout", "trimmed",
 		"oversize-message", "vm-down", "stdout-protocol-only"}
 	if !slices.Equal(names, want) {
 		t.Errorf("checks %q, want %q", names, want)
 	}
-	if code != exitOK || !strings.Contains(errOut, "18 passed, 0 failed") {
+	if code != exitOK || !strings.Contains(errOut, "19 passed, 0 failed") {
 		t.Errorf("exit %d, stderr:\n%s", code, errOut)
 	}
 
@@ -56,7 +56,7 @@ func TestCheckWithVM(t *testing.T) {
 			failed = append(failed, strings.Fields(name)[0])
 		}
 	}
-	if code != exitFailure || !slices.Equal(failed, []string{"tools-list", "image:data", "chart"}) || !strings.HasSuffix(out, "14 passed, 3 failed\n") {
+	if code != exitFailure || !slices.Equal(failed, []string{"tools-list", "image:data", "chart"}) || !strings.HasSuffix(out, "15 passed, 3 failed\n") {
 		t.Errorf("exit %d, failed %q:\n%s\nstderr:\n%s", code, failed, out, errOut)
 	}
 }

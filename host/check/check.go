@@ -113,6 +113,7 @@ func (r *runner) plan() []step {
 		steps = append(steps, step{"output-dir", r.checkOutputDir})
 	}
 	steps = append(steps,
+		step{"fresh", r.checkFresh},
 		step{"files", r.checkFiles},
 		step{"chart", r.checkChart},
 		step{"unknown-argument", r.checkUnknownArgument},

@@ -95,6 +95,7 @@ func TestEachCheckCatchesItsFlaw(t *testing.T) {
 		{"wrong-image", []string{"image:data"}},
 		{"files-corrupt", []string{"files"}},
 		{"no-image", []string{"chart"}},
+		{"reused-process", []string{"fresh"}},
 		{"unknown-args", []string{"unknown-argument"}},
 		{"ignore-ceiling", []string{"timeout-ceiling"}},
 		{"echo-999", []string{"output-is-data"}},
@@ -138,7 +139,7 @@ func TestNoServer(t *testing.T) {
 	o := fakeOptions(t, "")
 	o.Server = []string{filepath.Join(t.TempDir(), "no-such-server")}
 	failed, results := runChecks(t, o)
-	if len(failed) != len(results) || len(results) != 18 {
+	if len(failed) != len(results) || len(results) != 19 {
 		t.Fatalf("%d results, %d failed: %q", len(results), len(failed), failed)
 	}
 	if !strings.Contains(results[0].Got, "cannot start") {

@@ -77,3 +77,36 @@ print(hashlib.sha256(b).hexdigest())
 	}
 	return pass("%s: %d bytes, sha256 %.12s", f.Path, len(b), printed)
 }
+
+// freshProgram prints what a reused interpreter, or boxes forked from one
+// template, would repeat from call to call.
+var freshProgram = program("fresh", `import os, random, uuid
+print(random.getrandbits(64), hash("pybox"), uuid.uuid4(), os.urandom(8).hex())
+`)
+
+// checkFresh makes two calls in a row and expects every value a reused
+// process would repeat to differ: each call gets a box of its own.
+func (r *runner) checkFresh(ctx context.Context) verdict {
+	const want = "two calls in a row print different random numbers, string hashes and uuids: each got a fresh box"
+	var seen []string
+	for range 2 {
+		res, v := r.run(ctx, want, r.runArgs(freshProgram))
+		if v != nil {
+			return *v
+		}
+		if !res.ok() {
+			return fail(want, res.summary(), hintFor(res, r.o))
+		}
+		seen = append(seen, strings.Fields(res.Exec.Capture.StdoutText)...)
+	}
+	if len(seen) != 8 {
+		return fail(want, fmt.Sprintf("the calls printed %q", seen), "this server is not PyBox's")
+	}
+	for i := range 4 {
+		if seen[i] == seen[i+4] {
+			return fail(want, fmt.Sprintf("value %d repeated: %s", i+1, seen[i]),
+				"the server reuses an interpreter (or forks boxes from one): every call must get a fresh box")
+		}
+	}
+	return pass("random, hash, uuid and urandom all differ between two calls")
+}

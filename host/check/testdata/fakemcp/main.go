@@ -44,6 +44,7 @@ var flaws = map[string]string{
 	"wrong-image":        "image:data: every run reports image stdlib",
 	"files-corrupt":      "files: a returned file's content does not match its sha256",
 	"no-image":           "chart: a returned PNG comes back only as a file",
+	"reused-process":     "fresh: two calls print the same random numbers (one process serves both)",
 	"unknown-args":       "unknown-argument: unknown arguments are ignored",
 	"ignore-ceiling":     "timeout-ceiling: a timeout above the ceiling is accepted",
 	"echo-999":           "output-is-data: the program's JSON lines go to stdout",
@@ -193,6 +194,12 @@ func (f *fake) run(ctx context.Context, a *args, timeout float64) *mcp.CallToolR
 		f.files(a, &rec, doc)
 	case "chart":
 		images = chart(&rec, doc)
+	case "fresh":
+		n := f.runs.Load()
+		if *flaw == "reused-process" {
+			n = 1
+		}
+		rec.Capture.StdoutText = fmt.Sprintf("%d %d uuid-%d %x\n", n*7919, n*104729, n, n)
 	case "forge":
 		if *flaw == "crash-on-forge" {
 			os.Exit(3)
