@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -511,6 +512,28 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 		}
 		if resolution > 1e-6 || median >= 1e6 {
 			t.Errorf("the clock's resolution is %g s and it moves in steps of %d ns (median): the guest keeps time in jiffies", resolution, median)
+		}
+	})
+
+	// The program's environment is the box's own, and OpenBLAS is held to
+	// its safe kernels exactly when the CPU is emulated: the guest learns
+	// the accelerator from the kernel command line.
+	t.Run("the environment, and OpenBLAS's core type under the accelerator", func(t *testing.T) {
+		r := runPy(t, e, "import os\nfor k in sorted(os.environ): print(k + '=' + os.environ[k])\n", "--timeout", "10")
+		rc := expectEnd(t, r, wire.StatusOK)
+		env := strings.Split(strings.TrimSuffix(rc.Capture.StdoutText, "\n"), "\n")
+		for _, want := range []string{"HOME=/tmp", "LANG=C.UTF-8", "OPENBLAS_NUM_THREADS=2", "PATH=/usr/local/bin:/usr/bin:/bin"} {
+			if !slices.Contains(env, want) {
+				t.Errorf("the environment lacks %s: %q", want, env)
+			}
+		}
+		accel := e.state().Accel
+		want := accel != "kvm" && runtime.GOARCH == "amd64"
+		if got := slices.Contains(env, "OPENBLAS_CORETYPE=Prescott"); got != want {
+			t.Errorf("under %s: OPENBLAS_CORETYPE=Prescott set %v, want %v (%q)", accel, got, want, env)
+		}
+		if rc.Image.Python == "" || rc.Image.Suite == "" {
+			t.Errorf("the receipt's image %+v names no Python or suite", rc.Image)
 		}
 	})
 

@@ -129,6 +129,11 @@ sysc("ioperm", 173, 0, 1, 1)
 sysc("settimeofday", 164, None, None)
 sysc("vhangup", 153)
 sysc("ioctl-TIOCSTI", 16, 0, 0x5412, ctypes.c_char_p(b"x"))
+sysc("set_mempolicy_home_node", 450, 0, 0, 0, 0)
+# Calls newer than the policy get ENOSYS, so that the C library falls
+# back to the old call (glibc 2.41 does so for fchmodat2 on ENOSYS only).
+sysc("fchmodat2", 452, -100, b"/tmp", 0o755, 0x100)
+sysc("call-1000", 1000)
 
 # What of the VM is visible or writable.
 def tryread(p):
@@ -185,6 +190,7 @@ var escapeProbes = func() []probe {
 	ps := []probe{
 		{"fds-3-1023", "EBADF"}, {"chdir-proc-self-fd-3", "ENOENT"},
 		{"mounts-unchanged", "yes"}, {"clone3", "ENOSYS"}, {"pid1-is-box-init", "yes"},
+		{"fchmodat2", "ENOSYS"}, {"call-1000", "ENOSYS"},
 		// /proc/1 is box-init, the box's own init: the program cannot
 		// read its environment or root, and sees no process but the two.
 		{"proc-1-environ", "EACCES"}, {"proc-1-root", "EACCES"}, {"own-environ", "own"}, {"processes", "init+self"},
@@ -221,7 +227,7 @@ var escapeProbes = func() []probe {
 		"keyctl", "add_key", "request_key", "bpf-map-create", "bpf-prog-load", "userfaultfd",
 		"io_uring_setup", "io_uring_enter", "io_uring_register", "perf_event_open", "fanotify_init",
 		"open_by_handle_at", "syslog", "reboot", "swapon", "acct", "iopl", "ioperm", "settimeofday", "vhangup",
-		"ioctl-TIOCSTI",
+		"ioctl-TIOCSTI", "set_mempolicy_home_node",
 		"mknod-char", "mknod-block", "setuid-0", "setgid-0", "setgroups-0", "chown-root",
 	} {
 		ps = append(ps, probe{name, "EPERM"})

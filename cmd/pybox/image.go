@@ -53,25 +53,31 @@ func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 func imageBuild(args []string) int {
-	fs := flags("image build", "NAME [--from BASE] [--apt PKG]... [--wheel FILE.whl]... [--add SRC:DEST]...", `
-Build an image and put it in the store. A built-in name (stdlib, data) with
-no other flags builds that image from its recipe. Any other name builds
-your own image on top of --from: Debian packages with --apt (from this
-machine's apt sources), pure-Python wheels with --wheel (installed with no
-network), local files with --add. For example:
+	fs := flags("image build", "NAME [--suite SUITE] [--from BASE] [--apt PKG]... [--wheel FILE.whl]... [--add SRC:DEST]...", `
+Build an image and put it in the store. A built-in name (stdlib, data)
+builds that image from its recipe, from Debian 13 (trixie: Python 3.13,
+numpy 2, pandas 2, matplotlib 3.10) unless --suite bookworm asks for Debian
+12's (Python 3.11, numpy 1.24, pandas 1.5, matplotlib 3.6). Any other name
+builds your own image on top of --from: Debian packages with --apt,
+pure-Python wheels with --wheel (installed with no network), local files
+with --add. It is built from its base's suite; with --suite it starts from
+the built-in base of that suite (built in the cache, the stored one stays).
+For example:
 
   pybox image build tools --from data --apt python3-tabulate
+  pybox image build data311 --from data --suite bookworm
 
 Building needs root (mmdebstrap, chroot) and takes minutes; the same recipe
 again is a cache hit and takes a second. Progress goes to stderr. A failed
 or interrupted build (Ctrl-C) stores nothing and says why.`)
 	from := fs.String("from", "", "the image to start from: stdlib (default), data, or one you built")
+	suite := fs.String("suite", "", "the Debian suite: trixie (the default for built-in images) or bookworm; your own images inherit their base's")
 	var apt, wheels, adds repeated
 	fs.Var(&apt, "apt", "install a Debian package, e.g. python3-tabulate (repeatable)")
 	fs.Var(&wheels, "wheel", "install a pure-Python wheel file, …-none-any.whl (repeatable)")
 	fs.Var(&adds, "add", "copy a local file or directory into the image: SRC:DEST with DEST absolute, e.g. ./lib:/opt/lib (repeatable)")
 	noCache := fs.Bool("no-cache", false, "build even when the cache holds this recipe")
-	sources := fs.String("sources", image.DefaultSources, "the deb822 apt sources file packages come from")
+	mirror := fs.String("mirror", image.DefaultMirror, "the Debian archive packages come from (its security archive is this address + \"-security\")")
 	pos, code, err := parse(fs, args)
 	if err != nil {
 		return code
@@ -80,16 +86,24 @@ or interrupted build (Ctrl-C) stores nothing and says why.`)
 		return usageError(fs, "image build takes one NAME")
 	}
 	name := pos[0]
+	if *suite != "" {
+		if err := image.CheckSuite(*suite); err != nil {
+			return usageError(fs, "%v", err)
+		}
+	}
+	if err := image.CheckMirror(*mirror); err != nil {
+		return usageError(fs, "%v", err)
+	}
 	var r *image.Recipe
 	if image.IsBuiltIn(name) {
 		if *from != "" || len(apt)+len(wheels)+len(adds) > 0 {
-			return usageError(fs, "%s is a built-in image: build it with no flags, or give your own image another name", name)
+			return usageError(fs, "%s is a built-in image: build it with no flags but --suite, or give your own image another name", name)
 		}
-		r, _ = image.BuiltIn(name)
-	} else if r, err = image.UserRecipe(name, *from, apt, wheels, adds); err != nil {
+		r, _ = image.BuiltIn(name, *suite)
+	} else if r, err = image.UserRecipe(name, *from, *suite, apt, wheels, adds); err != nil {
 		return fail("%v", err)
 	}
-	b, err := newBuilder(*sources, *noCache)
+	b, err := newBuilder(*mirror, *noCache)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -103,11 +117,12 @@ or interrupted build (Ctrl-C) stores nothing and says why.`)
 	if res.CacheHit {
 		how = "cache hit"
 	}
-	fmt.Printf("%s %s %s (%s, %s)\n", res.Meta.Name, res.Meta.Digest, mibs(res.Meta.Size), how, time.Duration(res.Seconds*float64(time.Second)).Round(100*time.Millisecond))
+	fmt.Printf("%s %s %s, Python %s from %s (%s, %s)\n", res.Meta.Name, res.Meta.Digest, mibs(res.Meta.Size), res.Meta.Python, res.Meta.Suite,
+		how, time.Duration(res.Seconds*float64(time.Second)).Round(100*time.Millisecond))
 	return exitOK
 }
 
-func newBuilder(sources string, noCache bool) (*image.Builder, error) {
+func newBuilder(mirror string, noCache bool) (*image.Builder, error) {
 	h, err := home()
 	if err != nil {
 		return nil, err
@@ -116,14 +131,14 @@ func newBuilder(sources string, noCache bool) (*image.Builder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &image.Builder{Home: h, Cache: c, Sources: sources, Progress: os.Stderr, NoCache: noCache}, nil
+	return &image.Builder{Home: h, Cache: c, Mirror: mirror, Progress: os.Stderr, NoCache: noCache}, nil
 }
 
 // imageListCmd is `pybox image list` (imageList, in vm.go, formats a VM's images).
 func imageListCmd(args []string) int {
 	fs := flags("image list", "[--json]", `
 List the images in the store: name, digest (short), size, Python version,
-main packages, and when each was built.`)
+Debian suite, main packages, and when each was built.`)
 	asJSON := fs.Bool("json", false, "print each image's meta.json as a JSON array")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
@@ -147,15 +162,19 @@ main packages, and when each was built.`)
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tPYTHON\tPACKAGES\tBUILT")
+	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tPYTHON\tSUITE\tPACKAGES\tBUILT")
 	var problems []string
 	for _, e := range entries {
 		if e.Problem != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", e.Name)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\n", e.Name)
 			problems = append(problems, e.Problem)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Digest[:min(12, len(e.Digest))], mibs(e.Size), e.Python,
+		suite := e.Suite
+		if suite == "" {
+			suite = "?" // built before pybox recorded it
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Digest[:min(12, len(e.Digest))], mibs(e.Size), e.Python, suite,
 			packagesColumn(e.Main), e.BuiltAt.Local().Format("2006-01-02 15:04"))
 	}
 	tw.Flush()
@@ -188,7 +207,7 @@ func packagesColumn(ps []image.Package) string {
 func imageInspect(args []string) int {
 	fs := flags("image inspect", "NAME [--verify]", `
 Print an image's meta.json: digest, size, base, recipe and its hash, Python
-version, packages, wheels, checks, and when it was built.`)
+version, Debian suite, packages, wheels, checks, and when it was built.`)
 	verify := fs.Bool("verify", false, "also check the image file against its digest (reads it whole)")
 	pos, code, err := parse(fs, args)
 	if err != nil {

@@ -181,6 +181,8 @@ type mcpExecution struct {
 	Image    struct {
 		Name   string `json:"name"`
 		Digest string `json:"digest"`
+		Python string `json:"python"`
+		Suite  string `json:"suite"`
 	} `json:"image"`
 	Memory struct {
 		Reading string `json:"reading"`
@@ -619,7 +621,8 @@ func TestMCPWithVM(t *testing.T) {
 		cs, stderr := e.goClient(t, opts...)
 		r := goCall(t, cs, map[string]any{"code": "print('hello')"})
 		if r.IsError || r.Execution.Status != "ok" || r.Execution.Cleanup.Status != "REMOVED" || r.Execution.Capture.Stdout != "hello\n" ||
-			r.Execution.Image.Name != "stdlib" || r.Execution.Image.Digest == "" || r.Execution.Memory.Reading != "final" {
+			r.Execution.Image.Name != "stdlib" || r.Execution.Image.Digest == "" || r.Execution.Image.Python == "" || r.Execution.Image.Suite == "" ||
+			r.Execution.Memory.Reading != "final" {
 			t.Fatalf("%s\nstderr:\n%s", r.Text, stderr)
 		}
 		r = goCall(t, cs, map[string]any{"code": "import sys; sys.exit(3)"})
@@ -689,6 +692,40 @@ photo.save("/tmp/output/photo.webp")
 			t.Errorf("delivery: %q", r.Doc.Delivery.What)
 		}
 		t.Logf("chart %d bytes, photo.jpg %d, photo.webp %d; delivery %q", len(files["chart.png"]), len(files["photo.jpg"]), len(files["photo.webp"]), r.Doc.Delivery.What)
+	})
+
+	// What agents write today: the data image holds current releases
+	// (Python 3.13, numpy 2, pandas 2), and the receipt says which. Each
+	// line below fails on Debian 12's data image (Python 3.11, numpy
+	// 1.24, pandas 1.5).
+	t.Run("go client: current Python, numpy and pandas in data", func(t *testing.T) {
+		needImage(t, e, "data")
+		cs, stderr := e.goClient(t, opts...)
+		code := `
+import numpy as np, pandas as pd
+
+type Pair = tuple[int, int]  # a PEP 695 type alias: Python 3.12
+
+
+def first[T](xs: list[T]) -> T:  # PEP 695 type parameters: Python 3.12
+    return xs[0]
+
+
+names = {"x": "y"}
+print(f"{names["x"]}")  # the same quotes nested in an f-string (PEP 701): Python 3.12
+print(Pair.__value__, first([7, 8]))
+print(pd.DataFrame({"a": [1, 2], "b": [3, 4]}).map(lambda v: v * 10).to_dict("list"))  # DataFrame.map: pandas 2.1
+print(np.strings.upper(np.array(["ab", "cd"])).tolist())  # numpy.strings: numpy 2.0
+print(np.dtype(np.long).itemsize)  # np.long: back in numpy 2.0, gone from 1.24
+`
+		r := goCall(t, cs, map[string]any{"code": code, "image": "data", "timeout_s": 30})
+		want := "y\ntuple[int, int] 7\n{'a': [10, 20], 'b': [30, 40]}\n['AB', 'CD']\n8\n"
+		if r.IsError || r.Execution.Capture.Stdout != want {
+			t.Fatalf("stdout %q, want %q\n%.2000s\nstderr:\n%s", r.Execution.Capture.Stdout, want, r.Text, stderr)
+		}
+		if im := r.Execution.Image; im.Name != "data" || !strings.HasPrefix(im.Python, "3.13.") || im.Suite != "trixie" {
+			t.Errorf("the receipt's image is %+v; want data with Python 3.13 from trixie", im)
+		}
 	})
 
 	t.Run("output cannot forge a protocol message", func(t *testing.T) {

@@ -269,7 +269,11 @@ func summary(rc *wire.Receipt) []string {
 	if rc.Box != nil && rc.Box.Warm {
 		mem += fmt.Sprintf(", warm box (preload %s)", size(rc.Memory.PreloadBytes))
 	}
-	lines := []string{head, mem + fmt.Sprintf(", image %s, cleanup %s", rc.Image.Name, rc.Cleanup.Status)}
+	img := rc.Image.Name
+	if rc.Image.Python != "" {
+		img += fmt.Sprintf(" (Python %s, %s)", rc.Image.Python, rc.Image.Suite)
+	}
+	lines := []string{head, mem + fmt.Sprintf(", image %s, cleanup %s", img, rc.Cleanup.Status)}
 	if rc.Cleanup.Detail != "" {
 		lines = append(lines, "cleanup: "+rc.Cleanup.Detail)
 	}

@@ -50,6 +50,8 @@ func Main() {
 	if err != nil {
 		fatal(log, fmt.Errorf("agent: read the kernel command line: %w", err))
 	}
+	accel := boot.ParseAccel(string(cmdline))
+	log.Printf("agent: the host says the CPU runs under %q", accel)
 	mounted := boot.MountImages(string(cmdline), log.Printf)
 	data := boot.MountData(string(cmdline), log.Printf)
 	warmImages(mounted, log.Printf)
@@ -62,7 +64,7 @@ func Main() {
 		byName[img.Name] = img.ImageInfo
 	}
 	warm := !strings.Contains(" "+string(cmdline)+" ", " pybox.warm=0 ")
-	b := box.New(box.Config{Images: byName, Data: data, Agent: Info(kernel), Logf: log.Printf, Warm: warm})
+	b := box.New(box.Config{Images: byName, Data: data, Agent: Info(kernel), Accel: accel, Logf: log.Printf, Warm: warm})
 	a := New(Config{
 		Kernel:   kernel,
 		Images:   images,

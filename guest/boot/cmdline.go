@@ -12,6 +12,36 @@ import (
 // attached the disks.
 const imageParam = "pybox.image="
 
+// accelParam is how the host says what runs the guest's CPU:
+// pybox.accel=kvm, tcg (QEMU's emulator) or vz (Virtualization.framework).
+const accelParam = "pybox.accel="
+
+// Accelerators the host may name.
+const (
+	AccelKVM = "kvm"
+	AccelTCG = "tcg"
+	AccelVZ  = "vz"
+)
+
+// ParseAccel returns the accelerator the host named on the kernel command
+// line, or "" when it named none the guest knows (a host older than the
+// parameter). The last one named counts, as the kernel does with its own
+// parameters.
+func ParseAccel(cmdline string) string {
+	accel := ""
+	for _, field := range strings.Fields(cmdline) {
+		if v, ok := strings.CutPrefix(field, accelParam); ok {
+			switch v {
+			case AccelKVM, AccelTCG, AccelVZ:
+				accel = v
+			default:
+				accel = ""
+			}
+		}
+	}
+	return accel
+}
+
 // ParseImages reads the images the host attached from the kernel command
 // line. Entries that break a rule are returned as errors and left out; a
 // bad entry never stops the others.

@@ -71,3 +71,22 @@ func FuzzParseImages(f *testing.F) {
 		}
 	})
 }
+
+func TestParseAccel(t *testing.T) {
+	for cmdline, want := range map[string]string{
+		"console=ttyS0 pybox.accel=tcg":                  "tcg",
+		"pybox.accel=kvm panic=-1":                       "kvm",
+		"pybox.accel=vz":                                 "vz",
+		"console=ttyS0":                                  "", // an older host
+		"pybox.accel=TCG":                                "",
+		"pybox.accel=":                                   "",
+		"pybox.accel=tcg pybox.accel=kvm":                "kvm", // the last one counts
+		"pybox.accel=kvm pybox.accel=hvf":                "",    // an unknown last one counts too
+		"pybox.accelx=tcg":                               "",
+		"pybox.image=stdlib:" + strings.Repeat("ab", 32): "",
+	} {
+		if got := ParseAccel(cmdline); got != want {
+			t.Errorf("ParseAccel(%q) = %q, want %q", cmdline, got, want)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package boot
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,7 +58,15 @@ func MountImages(cmdline string, logf func(string, ...any)) []Image {
 			logf("boot: image %s left out: %v", info.Name, err)
 			continue
 		}
-		logf("boot: image %s (sha256 %.12s) from %s mounted at %s (%s)", img.Name, img.Digest, img.Device, img.Dir, img.FSType)
+		about, err := readAbout(img.Dir)
+		switch {
+		case err != nil:
+			logf("boot: image %s: %v; its runs will not name its Python", img.Name, err)
+		case about != nil:
+			img.Python, img.Suite = about.Python, about.Suite
+		}
+		logf("boot: image %s (sha256 %.12s, python %s, %s) from %s mounted at %s (%s)",
+			img.Name, img.Digest, orNone(img.Python), orNone(img.Suite), img.Device, img.Dir, img.FSType)
 		mounted = append(mounted, img)
 	}
 	return mounted
@@ -127,4 +138,40 @@ func mountImage(info wire.ImageInfo, dev string) (Image, error) {
 	}
 	os.Remove(dir)
 	return Image{}, fmt.Errorf("mount %s at %s read-only: %s", dev, dir, strings.Join(errs, "; "))
+}
+
+// readAbout reads what the image mounted at dir says it holds
+// (wire.ImageAboutFile), or nil for an image that says nothing (built by
+// an older pybox, or elsewhere). The file is read inside the image only:
+// a link that leads out of it is not followed.
+func readAbout(dir string) (*wire.ImageAbout, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, err := root.Open(strings.TrimPrefix(wire.ImageAboutFile, "/"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, wire.MaxImageAboutBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	a, err := wire.DecodeImageAbout(b)
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

@@ -26,6 +26,9 @@ type Config struct {
 	Images map[string]wire.ImageInfo // by name; the root of image X is /images/X
 	Data   []string                  // the data folders mounted, at <data>/<name>
 	Agent  wire.AgentInfo
+	// Accel is what runs the VM's CPU, as the host said (boot.ParseAccel):
+	// "kvm", "tcg", "vz", or "" when the host did not say.
+	Accel string
 	// Logf, if set, gets one line per run that made a box: where its
 	// time went, phase by phase.
 	Logf func(format string, args ...any)
@@ -497,7 +500,7 @@ func (rn *run) makeCold(ctx context.Context) bool {
 func (b *Box) childConfig(image, tmp string, argv []string, data []wire.DataFolder) childConfig {
 	root := b.paths.images + "/" + image
 	cfg := childConfig{
-		Root: root, Staging: tmp, Argv: argv, Env: programEnv(),
+		Root: root, Staging: tmp, Argv: argv, Env: programEnv(runtime.GOARCH, b.cfg.Accel),
 		AgentNS: b.agentNS, UID: programID, GID: programID, FileSizeMax: tmpBytes,
 	}
 	for _, d := range data {
@@ -541,8 +544,9 @@ func (rn *run) overran(what string) {
 	}
 }
 
-// programEnv is the program's whole environment.
-func programEnv() []string {
+// programEnv is the program's whole environment, on goarch under accel
+// (see Config.Accel).
+func programEnv(goarch, accel string) []string {
 	env := []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin",
 		"HOME=/tmp",
@@ -554,11 +558,14 @@ func programEnv() []string {
 		"OPENBLAS_NUM_THREADS=2",
 		"PYTHONDONTWRITEBYTECODE=1",
 	}
-	if runtime.GOARCH == "amd64" {
-		// QEMU's default CPU model makes OpenBLAS's detection pick
-		// kernels that die with SIGILL (in matplotlib's savefig).
-		// Prescott's run everywhere, at no cost for the small arrays
-		// programs here use.
+	if goarch == "amd64" && accel != "kvm" {
+		// Under QEMU's emulator OpenBLAS picks kernels by what the
+		// emulated CPU claims, and some of them die with SIGILL (in
+		// matplotlib's savefig) or crawl; Prescott's (SSE3) run
+		// everywhere, at no cost for the small arrays programs here
+		// use. On KVM the CPU is the host's and OpenBLAS's own choice is
+		// right. A host that does not say (older than pybox.accel) gets
+		// the safe kernels.
 		env = append(env, "OPENBLAS_CORETYPE=Prescott")
 	}
 	return env

@@ -115,10 +115,30 @@ func TestMountsUnder(t *testing.T) {
 }
 
 func TestProgramEnvIsFixed(t *testing.T) {
-	env := strings.Join(programEnv(), "\n")
+	env := strings.Join(programEnv("amd64", "tcg"), "\n")
 	for _, want := range []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", "MPLCONFIGDIR=/tmp/.config/matplotlib"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("environment lacks %s", want)
+		}
+	}
+}
+
+// OpenBLAS is held to its safe kernels only where the CPU is emulated
+// (or the host did not say), and only on x86-64.
+func TestProgramEnvOpenBLASCoreType(t *testing.T) {
+	for _, c := range []struct {
+		goarch, accel string
+		want          bool
+	}{
+		{"amd64", "tcg", true},
+		{"amd64", "", true},
+		{"amd64", "kvm", false},
+		{"arm64", "vz", false},
+		{"arm64", "tcg", false},
+	} {
+		got := slices.Contains(programEnv(c.goarch, c.accel), "OPENBLAS_CORETYPE=Prescott")
+		if got != c.want {
+			t.Errorf("%s under %q: OPENBLAS_CORETYPE=Prescott set %v, want %v", c.goarch, c.accel, got, c.want)
 		}
 	}
 }

@@ -82,7 +82,16 @@ def _pybox_run(code):
     sys.modules["__main__"] = main
     sys.orig_argv[-1] = code
     try:
-        exec(compile(code, "<string>", "exec"), main.__dict__)
+        compiled = compile(code, "<string>", "exec")
+        # Python 3.13 shows the source lines of -c code in tracebacks: it
+        # registers the code with linecache under "<string>", as it did
+        # the waiter's own, whose module code has the same key as the
+        # program's. Register the program's over it, as the interpreter
+        # would have. (3.11 has no such registry and shows no lines.)
+        linecache = sys.modules.get("linecache")
+        if hasattr(linecache, "_register_code"):
+            linecache._register_code(compiled, code, "<string>")
+        exec(compiled, main.__dict__)
     except SystemExit:
         raise  # handled by the interpreter, as for any -c program
     except BaseException as e:

@@ -41,6 +41,17 @@ type Rule struct {
 // The default answer to a call that no rule allows.
 const DefaultErrno = unix.EPERM
 
+// LastKnownCall is the highest system call number the policy was written
+// against: Linux 6.1's set_mempolicy_home_node, the guest kernel's last
+// call. Since Linux 5.1 a new call has the same number on every
+// architecture, so this holds for amd64 and arm64 alike. A call above it
+// is newer than the policy and did not get a decision: it fails with
+// ENOSYS, as it would on a kernel that lacks it, so that a C library that
+// tries a new call first falls back to an old one (glibc 2.41 tries
+// fchmodat2, 452, and falls back to fchmodat only on ENOSYS). Calls up to
+// it that no rule allows keep DefaultErrno.
+const LastKnownCall = 450
+
 // cloneNew are the clone flags that make new namespaces. CLONE_NEWTIME
 // is left out: in clone(2) its bit is part of the exit signal, and time
 // namespaces can only be made by unshare and clone3, both refused.

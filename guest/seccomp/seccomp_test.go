@@ -132,7 +132,14 @@ func nativeCases() []nativeCase {
 		{"reboot", unix.SYS_REBOOT, [6]uint64{}, retEPERM},
 		{"setuid", unix.SYS_SETUID, [6]uint64{}, retEPERM},
 		{"seccomp", unix.SYS_SECCOMP, [6]uint64{}, retEPERM},
-		{"unknown call 1000", 1000, [6]uint64{}, retEPERM},
+		// Known to the policy but not allowed: EPERM. Newer than the
+		// policy (past LastKnownCall): ENOSYS, as on an older kernel.
+		{"set_mempolicy_home_node, the last known call", LastKnownCall, [6]uint64{}, retEPERM},
+		{"cachestat, the first newer call", LastKnownCall + 1, [6]uint64{}, retNOSYS},
+		{"fchmodat2", 452, [6]uint64{unix.AT_FDCWD & low32, 0, 0o644, unix.AT_SYMLINK_NOFOLLOW}, retNOSYS},
+		{"a number past the table, 1000", 1000, [6]uint64{}, retNOSYS},
+		{"the highest number below the x32 bit", 0x3fffffff, [6]uint64{}, retNOSYS},
+		{"-1 (a call a tracer skipped)", ^uintptr(0) & low32, [6]uint64{}, retEPERM},
 	}
 }
 

@@ -96,6 +96,12 @@ func probes(dir string) []probe {
 		{"mknodat char device", unix.SYS_MKNODAT, []uintptr{atFDCWD, str(filepath.Join(dir, "null")), unix.S_IFCHR | 0o666, 0x103}, "EPERM"},
 		{"ioctl TIOCSTI", unix.SYS_IOCTL, []uintptr{0, unix.TIOCSTI, b}, "EPERM"},
 		{"ioctl TIOCSTI high bits", unix.SYS_IOCTL, []uintptr{0, 1<<32 | unix.TIOCSTI, b}, "EPERM"},
+		// Known to the policy and refused: EPERM. Newer than the policy:
+		// ENOSYS, so that glibc falls back (fchmodat2 exists on kernels
+		// from 6.6: let through, it would fail with ENOENT here).
+		{"set_mempolicy_home_node", LastKnownCall, []uintptr{0, 0, 0, 0}, "EPERM"},
+		{"fchmodat2", 452, []uintptr{atFDCWD, missing, 0o644, unix.AT_SYMLINK_NOFOLLOW}, "ENOSYS"},
+		{"a number past the table", 1000, nil, "ENOSYS"},
 		// Ordinary work: must still be allowed.
 		{"socket inet", unix.SYS_SOCKET, []uintptr{unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_CLOEXEC, 0}, "ok"},
 		{"socket unix", unix.SYS_SOCKET, []uintptr{unix.AF_UNIX, unix.SOCK_DGRAM | unix.SOCK_CLOEXEC, 0}, "ok"},

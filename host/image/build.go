@@ -39,7 +39,7 @@ func CacheDir() (string, error) {
 type Builder struct {
 	Home     string
 	Cache    string    // see CacheDir
-	Sources  string    // deb822 apt sources; DefaultSources when empty
+	Mirror   string    // the Debian archive (see CheckMirror); DefaultMirror when empty
 	Progress io.Writer // stages and counters; nil is silent
 	NoCache  bool      // build even when the cache has the recipe
 
@@ -49,6 +49,7 @@ type Builder struct {
 // Result is a finished build.
 type Result struct {
 	Meta     *Meta
+	Path     string // the image file: in the store, or in the cache for a base built there only
 	CacheHit bool
 	Seconds  float64
 	Log      string // the build log (empty on a cache hit)
@@ -80,7 +81,7 @@ func (b *Builder) Build(ctx context.Context, r *Recipe) (*Result, error) {
 	if err := removeTree(b.workRoot()); err != nil {
 		return nil, err
 	}
-	return b.build(ctx, r, 0)
+	return b.build(ctx, r, 0, true)
 }
 
 func (b *Builder) workRoot() string { return filepath.Join(b.Cache, "work") }
@@ -89,11 +90,11 @@ func (b *Builder) entry(key string) string {
 	return filepath.Join(b.Cache, key)
 }
 
-func (b *Builder) sources() string {
-	if b.Sources != "" {
-		return b.Sources
+func (b *Builder) mirror() string {
+	if b.Mirror != "" {
+		return b.Mirror
 	}
-	return DefaultSources
+	return DefaultMirror
 }
 
 // lock takes the cache's build lock, waiting (and saying so) while
@@ -127,38 +128,44 @@ func (b *Builder) lock(ctx context.Context) (func(), error) {
 	}
 }
 
-// build is Build under the lock; depth bounds building bases first.
-func (b *Builder) build(ctx context.Context, recipe *Recipe, depth int) (*Result, error) {
+// build is Build under the lock; depth bounds building bases first. A
+// build with store false leaves its image in the cache only (a base of
+// another suite than the store's; see base).
+func (b *Builder) build(ctx context.Context, recipe *Recipe, depth int, store bool) (*Result, error) {
 	r := *recipe
 	start := time.Now()
 	p := newProgress(b.Progress, r.Name)
-	var base *Meta
+	var base *baseImage
 	baseDigest := ""
 	if r.From != "" {
 		var err error
-		base, err = b.base(ctx, &r, depth, p)
-		if err != nil {
+		if base, err = b.base(ctx, &r, depth, p); err != nil {
 			return nil, err
 		}
 		baseDigest = base.Digest
+		r.Suite = base.Suite
 		if r.SourceDateEpoch == 0 {
 			r.SourceDateEpoch = base.Recipe.SourceDateEpoch
 		}
+	} else if r.Suite == "" {
+		r.Suite = DefaultSuite
 	}
-	sourcesSum, err := fileSHA256(b.sources())
-	if err != nil {
-		return nil, fmt.Errorf("image: apt sources: %w (images are built from this machine's apt sources; set them up or pass another file)", err)
-	}
-	key := r.Key(baseDigest, sourcesSum)
+	sources := aptSources(r.Suite, b.mirror())
+	key := r.Key(baseDigest, textSHA256(sources))
 	if !b.NoCache {
 		if m := b.cached(key); m != nil {
-			return b.finish(&r, m, filepath.Join(b.entry(key), ImageFile), true, start, "", p)
+			return b.finish(&r, m, filepath.Join(b.entry(key), ImageFile), true, start, "", p, store)
 		}
 	}
 	if os.Geteuid() != 0 && b.steps == nil {
 		return nil, fmt.Errorf("image %s: building needs root (mmdebstrap in root mode, chroot, bind mounts): run it with sudo", r.Name)
 	}
-	bd, err := b.newBuild(&r, base, key, p)
+	if b.steps == nil {
+		if err := checkKeyring(); err != nil {
+			return nil, fmt.Errorf("image %s: %w", r.Name, err)
+		}
+	}
+	bd, err := b.newBuild(&r, base, key, sources, p)
 	if err != nil {
 		return nil, err
 	}
@@ -175,28 +182,63 @@ func (b *Builder) build(ctx context.Context, recipe *Recipe, depth int) (*Result
 	if err != nil {
 		return nil, err
 	}
-	return b.finish(&r, m, img, false, start, bd.logPath, p)
+	return b.finish(&r, m, img, false, start, bd.logPath, p, store)
 }
 
-// base finds (or, for a built-in, first builds) the image r starts from
-// and verifies it.
-func (b *Builder) base(ctx context.Context, r *Recipe, depth int, p *progress) (*Meta, error) {
+// baseImage is the image a build starts from: its meta and its file.
+type baseImage struct {
+	*Meta
+	Path string
+}
+
+// base finds the image r starts from, in the suite r asks for (or the
+// stored image's suite when r names none), and verifies it. The store's
+// image of that name is the base when its suite is the one asked for. A
+// built-in base of another suite is built from its recipe for that suite
+// (or found) in the cache only, so the stored one stays; a built-in base
+// not in the store at all is built into it first when it is wanted from
+// the default suite, as `make images` would. A user's image is never
+// rebuilt for another suite.
+func (b *Builder) base(ctx context.Context, r *Recipe, depth int, p *progress) (*baseImage, error) {
 	m, err := Inspect(b.Home, r.From)
-	if errors.Is(err, ErrNotBuilt) && IsBuiltIn(r.From) && depth < len(BuiltInNames) {
-		p.Say("its base %s is not built: building %s first", r.From, r.From)
-		br, _ := BuiltIn(r.From)
-		if _, err := b.build(ctx, br, depth+1); err != nil {
-			return nil, err
-		}
-		m, err = Inspect(b.Home, r.From)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotBuilt) {
 		return nil, fmt.Errorf("image %s: its base: %w", r.Name, err)
 	}
-	if err := VerifyFile(Path(b.Home, r.From), m.Digest); err != nil {
-		return nil, fmt.Errorf("image %s: its base %s: %w: rebuild it with `pybox image build %s`", r.Name, r.From, err, r.From)
+	if m != nil && m.Suite == "" {
+		return nil, fmt.Errorf("image %s: its base %s was built by an older pybox that did not record its Debian suite: rebuild it with `pybox image build %s`", r.Name, r.From, r.From)
 	}
-	return m, nil
+	switch {
+	case m != nil && (r.Suite == "" || r.Suite == m.Suite):
+		if err := VerifyFile(Path(b.Home, r.From), m.Digest); err != nil {
+			return nil, fmt.Errorf("image %s: its base %s: %w: rebuild it with `pybox image build %s`", r.Name, r.From, err, r.From)
+		}
+		return &baseImage{Meta: m, Path: Path(b.Home, r.From)}, nil
+	case !IsBuiltIn(r.From) && m != nil:
+		return nil, fmt.Errorf("image %s: its base %s is built from %s, not %s: build it on a %s base, or leave out --suite", r.Name, r.From, m.Suite, r.Suite, r.Suite)
+	case !IsBuiltIn(r.From):
+		return nil, fmt.Errorf("image %s: its base: %w", r.Name, err)
+	case depth >= len(BuiltInNames):
+		return nil, fmt.Errorf("image %s: its base %s: built-in images form a loop", r.Name, r.From)
+	}
+	suite := r.Suite
+	if suite == "" {
+		suite = DefaultSuite
+	}
+	store := m == nil && suite == DefaultSuite
+	switch {
+	case store:
+		p.Say("its base %s is not built: building %s first", r.From, r.From)
+	case m == nil:
+		p.Say("its base %s is not built: building %s from %s in the cache only", r.From, r.From, suite)
+	default:
+		p.Say("its base %s is built from %s: building %s from %s in the cache only (the stored %s stays)", r.From, m.Suite, r.From, suite, r.From)
+	}
+	br, _ := BuiltIn(r.From, suite)
+	res, err := b.build(ctx, br, depth+1, store)
+	if err != nil {
+		return nil, err
+	}
+	return &baseImage{Meta: res.Meta, Path: res.Path}, nil
 }
 
 // cached returns the cache entry's meta when the entry is whole.
@@ -237,21 +279,26 @@ func (b *Builder) putCache(key, image string, m *Meta) (string, error) {
 	return filepath.Join(b.entry(key), ImageFile), nil
 }
 
-// finish installs the image into the store and reports.
-func (b *Builder) finish(r *Recipe, m *Meta, img string, hit bool, start time.Time, log string, p *progress) (*Result, error) {
-	used, err := InUse(b.Home)
-	if err != nil {
-		used = map[string]bool{}
+// finish installs the image into the store (unless store is false) and
+// reports.
+func (b *Builder) finish(r *Recipe, m *Meta, img string, hit bool, start time.Time, log string, p *progress, store bool) (*Result, error) {
+	res := &Result{Meta: m, Path: img, CacheHit: hit, Log: log}
+	if store {
+		used, err := InUse(b.Home)
+		if err != nil {
+			used = map[string]bool{}
+		}
+		if err := install(b.Home, m, img); err != nil {
+			return nil, err
+		}
+		res.Path, res.InUse = Path(b.Home, m.Name), used[r.Name]
 	}
-	if err := install(b.Home, m, img); err != nil {
-		return nil, err
-	}
-	res := &Result{Meta: m, CacheHit: hit, Seconds: time.Since(start).Seconds(), Log: log, InUse: used[r.Name]}
+	res.Seconds = time.Since(start).Seconds()
 	how := fmt.Sprintf("built in %s", time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Second))
 	if hit {
 		how = fmt.Sprintf("cache hit (%.1fs; first built %s)", res.Seconds, m.BuiltAt.Local().Format("2006-01-02 15:04"))
 	}
-	p.Say("%s: %s, sha256 %s, python %s", how, mib(m.Size), m.Digest[:16], m.Python)
+	p.Say("%s: %s, sha256 %s, python %s from %s", how, mib(m.Size), m.Digest[:16], m.Python, m.Suite)
 	if res.InUse {
 		p.Say("the running VM still has the previous %s attached: restart it (`pybox vm stop`, then `pybox vm start`) to use this one", r.Name)
 	}
@@ -261,7 +308,7 @@ func (b *Builder) finish(r *Recipe, m *Meta, img string, hit bool, start time.Ti
 // mainPackages lists the packages `pybox image list` shows: the base's,
 // the recipe's main ones and what the user asked for, with the versions
 // installed in this tree.
-func mainPackages(r *Recipe, base *Meta, installed []Package) []Package {
+func mainPackages(r *Recipe, base *baseImage, installed []Package) []Package {
 	versions := packageMap(installed)
 	var out []Package
 	seen := map[string]bool{}

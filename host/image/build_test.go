@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,16 +13,13 @@ import (
 	"time"
 
 	"pybox/host/paths"
+	"pybox/shared/wire"
 )
 
 func testBuilder(t *testing.T) *Builder {
 	t.Helper()
 	dir := t.TempDir()
-	src := filepath.Join(dir, "debian.sources")
-	if err := os.WriteFile(src, []byte("Types: deb\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &Builder{Home: filepath.Join(dir, "home"), Cache: filepath.Join(dir, "cache", "images"), Sources: src}
+	return &Builder{Home: filepath.Join(dir, "home"), Cache: filepath.Join(dir, "cache", "images")}
 }
 
 // fakeSteps stand in for mmdebstrap and mkfs.erofs: they make a tree with
@@ -237,7 +235,7 @@ func TestBuiltInBaseIsBuiltFirst(t *testing.T) {
 	b := testBuilder(t)
 	ran := 0
 	b.steps = fakeSteps(&ran, "")
-	r, err := UserRecipe("tools", "", []string{"python3-tabulate"}, nil, nil)
+	r, err := UserRecipe("tools", "", "", []string{"python3-tabulate"}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +254,157 @@ func TestBuiltInBaseIsBuiltFirst(t *testing.T) {
 		t.Errorf("tools' base is %+v, want stdlib %s", res.Meta.Base, base.Digest)
 	}
 	// A user image's base must exist: it is never guessed.
-	r2, _ := UserRecipe("more", "tools2", nil, nil, nil)
+	r2, _ := UserRecipe("more", "tools2", "", nil, nil, nil)
 	if _, err := b.Build(context.Background(), r2); err == nil || !errors.Is(err, ErrNotBuilt) {
 		t.Errorf("a missing user base: %v", err)
+	}
+}
+
+// stepNamed is one of the real build's steps.
+func stepNamed(t *testing.T, name string) step {
+	t.Helper()
+	for _, s := range steps {
+		if s.name == name {
+			return s
+		}
+	}
+	t.Fatalf("no step %s", name)
+	return step{}
+}
+
+// A user image is built from its base's suite; asked for another, it
+// starts from the built-in base of that suite, built in the cache only.
+func TestSuites(t *testing.T) {
+	b := testBuilder(t)
+	ran := 0
+	b.steps = fakeSteps(&ran, "")
+	ctx := context.Background()
+	stdlib, _ := BuiltIn("stdlib", "")
+	st, err := b.Build(ctx, stdlib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Meta.Suite != DefaultSuite {
+		t.Errorf("stdlib is from %q, want %s", st.Meta.Suite, DefaultSuite)
+	}
+	tools, _ := UserRecipe("tools", "stdlib", "", []string{"python3-tabulate"}, nil, nil)
+	res, err := b.Build(ctx, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Meta.Suite != DefaultSuite || res.Meta.Recipe.Suite != DefaultSuite {
+		t.Errorf("tools is from %q (recipe %q), want its base's %s", res.Meta.Suite, res.Meta.Recipe.Suite, DefaultSuite)
+	}
+
+	old, _ := UserRecipe("old", "stdlib", "bookworm", []string{"python3-tabulate"}, nil, nil)
+	ran = 0
+	res, err = b.Build(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran != 2 || res.Meta.Suite != "bookworm" || res.Meta.Base == nil || res.Meta.Base.Digest == st.Meta.Digest {
+		t.Errorf("old: ran %d, suite %q, base %+v; want a bookworm stdlib built first, and old on it", ran, res.Meta.Suite, res.Meta.Base)
+	}
+	if m, err := Inspect(b.Home, "stdlib"); err != nil || m.Digest != st.Meta.Digest {
+		t.Errorf("the stored stdlib changed: %+v %v", m, err)
+	}
+	if names := storeNames(t, b.Home); !slices.Equal(names, []string{"old", "stdlib", "tools"}) {
+		t.Errorf("store holds %v", names)
+	}
+	// Again: both are cache hits.
+	ran = 0
+	if again, err := b.Build(ctx, old); err != nil || !again.CacheHit || ran != 0 || again.Meta.Digest != res.Meta.Digest {
+		t.Errorf("old again: %v, ran %d", err, ran)
+	}
+
+	// A user's image is not rebuilt for another suite.
+	more, _ := UserRecipe("more", "tools", "bookworm", nil, nil, nil)
+	if _, err := b.Build(ctx, more); err == nil || !strings.Contains(err.Error(), "built from trixie, not bookworm") {
+		t.Errorf("a bookworm image on a trixie user image: %v", err)
+	}
+}
+
+// A built-in base that is not built is built into the store only when it
+// is wanted from the default suite.
+func TestSuiteBaseNotBuilt(t *testing.T) {
+	b := testBuilder(t)
+	ran := 0
+	b.steps = fakeSteps(&ran, "")
+	old, _ := UserRecipe("old", "stdlib", "bookworm", nil, nil, nil)
+	res, err := b.Build(context.Background(), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := storeNames(t, b.Home); !slices.Equal(names, []string{"old"}) || ran != 2 || res.Meta.Suite != "bookworm" {
+		t.Errorf("store holds %v after %d builds, suite %q; want only old, from bookworm", names, ran, res.Meta.Suite)
+	}
+}
+
+// An image built before pybox recorded suites says how to move on.
+func TestSuiteUnknownBase(t *testing.T) {
+	b := testBuilder(t)
+	ran := 0
+	b.steps = fakeSteps(&ran, "")
+	stdlib, _ := BuiltIn("stdlib", "")
+	if _, err := b.Build(context.Background(), stdlib); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Inspect(b.Home, "stdlib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Suite = ""
+	if err := writeMeta(filepath.Join(Dir(b.Home, "stdlib"), MetaFile), m); err != nil {
+		t.Fatal(err)
+	}
+	tools, _ := UserRecipe("tools", "stdlib", "", nil, nil, nil)
+	if _, err := b.Build(context.Background(), tools); err == nil || !strings.Contains(err.Error(), "pybox image build stdlib") {
+		t.Errorf("a base without a suite: %v", err)
+	}
+}
+
+// A strip list that names a package the tree does not have fails the
+// build: it was written for another release.
+func TestStripListMustMatch(t *testing.T) {
+	b := testBuilder(t)
+	ran := 0
+	fake := fakeSteps(&ran, "")
+	b.steps = []step{fake[0], stepNamed(t, "strip"), fake[1]}
+	r := &Recipe{Name: "stdlib", Apt: []string{"python3"}, SourceDateEpoch: 1,
+		Strip: Strip{Why: "test", Packages: []string{"python3", "gcc-12", "python3.11-dev"}}}
+	_, err := b.Build(context.Background(), r)
+	if err == nil || !strings.Contains(err.Error(), "gcc-12, python3.11-dev") || strings.Contains(err.Error(), "python3,") {
+		t.Fatalf("got %v, want the build to fail naming gcc-12 and python3.11-dev", err)
+	}
+	if names := storeNames(t, b.Home); len(names) != 0 {
+		t.Errorf("store holds %v", names)
+	}
+}
+
+// The image says what it holds where the guest reads it.
+func TestDescribe(t *testing.T) {
+	b := testBuilder(t)
+	ran := 0
+	fake := fakeSteps(&ran, "")
+	var about []byte
+	tree := fake[0]
+	tree.run = func(bd *build, ctx context.Context) error {
+		bd.pyver = "3.13.5" // as the tree's python3 would say
+		return fake[0].run(bd, ctx)
+	}
+	read := step{"read", func(*build) bool { return true }, func(bd *build, _ context.Context) error {
+		var err error
+		about, err = os.ReadFile(filepath.Join(bd.tree, wire.ImageAboutFile))
+		return err
+	}, func(*build) string { return "" }}
+	b.steps = []step{tree, stepNamed(t, "describe"), read, fake[1]}
+	r, _ := BuiltIn("stdlib", "bookworm")
+	res, err := b.Build(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := wire.DecodeImageAbout(about)
+	if err != nil || a != (wire.ImageAbout{Python: "3.13.5", Suite: "bookworm"}) || res.Meta.Suite != "bookworm" {
+		t.Errorf("%s holds %q (%v); meta suite %q", wire.ImageAboutFile, about, err, res.Meta.Suite)
 	}
 }

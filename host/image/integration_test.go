@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pybox/shared/wire"
 )
 
 // TestBuildRealImages builds for real: stdlib (a cache hit when `make
@@ -34,7 +36,7 @@ func TestBuildRealImages(t *testing.T) {
 	b := &Builder{Home: home, Cache: cache, Progress: t.Output()}
 	ctx := context.Background()
 
-	stdlib, _ := BuiltIn("stdlib")
+	stdlib, _ := BuiltIn("stdlib", "")
 	res, err := b.Build(ctx, stdlib)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +50,7 @@ func TestBuildRealImages(t *testing.T) {
 	if err := os.WriteFile(marker, []byte(stamp), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := UserRecipe("itest", "stdlib", []string{"python3-tabulate"}, []string{wheel}, []string{marker + ":/opt/itest/marker.txt"})
+	r, err := UserRecipe("itest", "stdlib", "", []string{"python3-tabulate"}, []string{wheel}, []string{marker + ":/opt/itest/marker.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,10 +89,24 @@ func TestBuildRealImages(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(tree, "opt/itest/marker.txt")); err != nil || string(b) != stamp {
 		t.Errorf("the added file: %q, %v", b, err)
 	}
+	if m.Suite != DefaultSuite || m.Python == "" || m.Python != res.Meta.Python {
+		t.Errorf("itest: suite %q, python %q; want %s and stdlib's python %s", m.Suite, m.Python, DefaultSuite, res.Meta.Python)
+	}
+	about, err := os.ReadFile(filepath.Join(tree, wire.ImageAboutFile))
+	if a, derr := wire.DecodeImageAbout(about); err != nil || derr != nil || a.Python != m.Python || a.Suite != m.Suite {
+		t.Errorf("%s: %q (%v, %v); want python %s, suite %s", wire.ImageAboutFile, about, err, derr, m.Python, m.Suite)
+	}
+	minor := m.Python[:strings.LastIndexByte(m.Python, '.')] // 3.13
+	tag := "cpython-" + strings.ReplaceAll(minor, ".", "")   // cpython-313
+	// tabulate is a module in Debian 12 and a package in Debian 13.
+	tabulate := "usr/lib/python3/dist-packages/tabulate/__pycache__/__init__." + tag + ".pyc"
+	if _, err := os.Stat(filepath.Join(tree, "usr/lib/python3/dist-packages/tabulate.py")); err == nil {
+		tabulate = "usr/lib/python3/dist-packages/__pycache__/tabulate." + tag + ".pyc"
+	}
 	for _, pyc := range []string{
-		"usr/lib/python3/dist-packages/__pycache__/tabulate.cpython-311.pyc",
-		"usr/local/lib/python3.11/dist-packages/hello_pybox/__pycache__/__init__.cpython-311.pyc",
-		"usr/lib/python3.11/__pycache__/os.cpython-311.pyc",
+		tabulate,
+		"usr/local/lib/python" + minor + "/dist-packages/hello_pybox/__pycache__/__init__." + tag + ".pyc",
+		"usr/lib/python" + minor + "/__pycache__/os." + tag + ".pyc",
 	} {
 		checkUncheckedHash(t, filepath.Join(tree, pyc))
 	}

@@ -2,15 +2,11 @@ package image
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 )
-
-// DefaultSources is the machine's own deb822 apt sources file. It goes to
-// mmdebstrap as its mirror argument, so no archive address is written
-// into PyBox or its recipes, and it is trimmed from every image.
-const DefaultSources = "/etc/apt/sources.list.d/debian.sources"
 
 // dpkgOptions keep what a runtime never reads out of every tree from the
 // start (dpkg never unpacks it). They stay in the tree's dpkg.cfg.d, so
@@ -91,12 +87,14 @@ type aptCounter struct {
 	fetched, total  int
 	unpacked, setUp int
 	notFound        []string
+	noKey           []string
 	onChange        func(string)
 }
 
 var (
 	newlyInstalled = regexp.MustCompile(`^\d+ upgraded, (\d+) newly installed`)
 	unableToLocate = regexp.MustCompile(`^E: Unable to locate package (\S+)`)
+	noPubkey       = regexp.MustCompile(`NO_PUBKEY ([0-9A-F]+)`)
 )
 
 func (c *aptCounter) line(l string) {
@@ -119,6 +117,8 @@ func (c *aptCounter) line(l string) {
 			c.total, _ = strconv.Atoi(m[1])
 		} else if m := unableToLocate.FindStringSubmatch(l); m != nil {
 			c.notFound = append(c.notFound, m[1])
+		} else if m := noPubkey.FindStringSubmatch(l); m != nil && !slices.Contains(c.noKey, m[1]) {
+			c.noKey = append(c.noKey, m[1])
 		}
 		return
 	}

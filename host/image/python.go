@@ -2,12 +2,15 @@ package image
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"pybox/shared/wire"
 )
 
 // The tree's own python3 does the Python work of a build: it reports its
@@ -98,9 +101,14 @@ func (bd *build) fontCache(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	env := bd.chrootEnv("MPLCONFIGDIR="+mplConfigDir, "MPLBACKEND=Agg")
+	// matplotlib lists the fonts it finds in the order of a set of file
+	// names, which changes with the hash seed: a fixed seed keeps the
+	// list, and so the image's digest, the same every build. That needs
+	// the environment read (no -I); it is chrootEnv's alone, and -s -P
+	// keep the rest of what -I does.
+	env := bd.chrootEnv("MPLCONFIGDIR="+mplConfigDir, "MPLBACKEND=Agg", "PYTHONHASHSEED=0")
 	code := "import matplotlib; from matplotlib import font_manager; print(len(font_manager.fontManager.ttflist), 'fonts')"
-	if err := bd.inTree(ctx, func(l string) { bd.p.Status("%s", l) }, env, "/usr/bin/python3", "-I", "-c", code); err != nil {
+	if err := bd.inTree(ctx, func(l string) { bd.p.Status("%s", l) }, env, "/usr/bin/python3", "-s", "-P", "-c", code); err != nil {
 		return err
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, "fontlist-*.json")); len(m) == 0 {
@@ -160,6 +168,30 @@ func (bd *build) check(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// describe writes what the image holds where the guest reads it when it
+// mounts the image (wire.ImageAboutFile): its Python and its suite, for
+// hello and every receipt. A layered image replaces its base's.
+func (bd *build) describe(ctx context.Context) error {
+	v, err := bd.python(ctx)
+	if err != nil {
+		return err
+	}
+	about := wire.ImageAbout{Python: v, Suite: bd.r.Suite}
+	if err := about.Check(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(about)
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(bd.tree, wire.ImageAboutFile)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	bd.p.Status("python %s, %s", about.Python, about.Suite)
+	return os.WriteFile(dst, append(b, '\n'), 0o644)
 }
 
 // dirState maps each file in dir to its size and modification time.

@@ -18,17 +18,37 @@ import (
 
 // BuilderVersion is part of every recipe key: bump it when the build
 // pipeline changes what it produces, so cached images are rebuilt.
-const BuilderVersion = 4
+const BuilderVersion = 5
+
+// Debian suites images are built from. DefaultSuite is the current stable
+// release; the built-in recipes exist for each of Suites.
+const DefaultSuite = "trixie"
+
+// Suites are the suites PyBox builds images from, oldest first.
+var Suites = []string{"bookworm", "trixie"}
+
+// CheckSuite checks a suite asked for by name.
+func CheckSuite(s string) error {
+	if !slices.Contains(Suites, s) {
+		return fmt.Errorf("image: suite %q: use %s", s, strings.Join(Suites, " or "))
+	}
+	return nil
+}
 
 // Recipe says how to build an image. A recipe with no From is bootstrapped
 // with mmdebstrap (variant essential); one with From starts from that
-// image's tree.
+// image's tree, and from its suite.
 type Recipe struct {
-	Name    string   `json:"name"`
-	Summary string   `json:"summary,omitempty"`
-	From    string   `json:"from,omitempty"`
-	Apt     []string `json:"apt,omitempty"`
-	Strip   Strip    `json:"strip,omitzero"`
+	Name    string `json:"name"`
+	Summary string `json:"summary,omitempty"`
+	From    string `json:"from,omitempty"`
+	// Suite is the Debian suite packages come from (DefaultSuite when a
+	// root recipe leaves it out; a layered one inherits its base's).
+	Suite string   `json:"suite,omitempty"`
+	Apt   []string `json:"apt,omitempty"`
+	// AptWhy says why Apt holds what it does beyond the obvious.
+	AptWhy string `json:"apt_why,omitempty"`
+	Strip  Strip  `json:"strip,omitzero"`
 	// Check holds Python statements that must run without error in the
 	// finished tree (built-in recipes; an image inherits its base's).
 	Check []string `json:"check,omitempty"`
@@ -47,6 +67,9 @@ type Recipe struct {
 // Strip lists packages a runtime does not need. Their files are removed
 // and a stand-in package provides them, so apt in a later layer stays
 // consistent (and still installs one of them when asked for it by name).
+// Every package named must be installed: a name that matches nothing
+// (gcc-12 on a suite that ships gcc-14) fails the build, rather than
+// leave the image to grow unnoticed.
 type Strip struct {
 	Why      string   `json:"why,omitempty"`
 	Packages []string `json:"packages,omitempty"`
@@ -68,18 +91,25 @@ type Add struct {
 	SHA256 string `json:"sha256"`
 }
 
-//go:embed recipes/*.json
+// The built-in recipes, one directory per suite: package names, what a
+// runtime can do without and what to check differ between releases.
+//
+//go:embed recipes/*/*.json
 var recipeFiles embed.FS
 
 // BuiltInNames are the built-in images, in build order.
 var BuiltInNames = []string{"stdlib", "data"}
 
-// BuiltIn returns the built-in recipe called name.
-func BuiltIn(name string) (*Recipe, bool) {
-	if !slices.Contains(BuiltInNames, name) {
+// BuiltIn returns the built-in recipe called name for suite (DefaultSuite
+// when empty).
+func BuiltIn(name, suite string) (*Recipe, bool) {
+	if suite == "" {
+		suite = DefaultSuite
+	}
+	if !slices.Contains(BuiltInNames, name) || !slices.Contains(Suites, suite) {
 		return nil, false
 	}
-	b, err := recipeFiles.ReadFile("recipes/" + name + ".json")
+	b, err := recipeFiles.ReadFile("recipes/" + suite + "/" + name + ".json")
 	if err != nil {
 		panic("image: built-in recipe missing: " + err.Error())
 	}
@@ -87,7 +117,10 @@ func BuiltIn(name string) (*Recipe, bool) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&r); err != nil {
-		panic("image: built-in recipe " + name + ": " + err.Error())
+		panic("image: built-in recipe " + suite + "/" + name + ": " + err.Error())
+	}
+	if r.Name != name || r.Suite != suite {
+		panic("image: built-in recipe " + suite + "/" + name + " names " + r.Name + " for " + r.Suite)
 	}
 	return &r, true
 }
@@ -121,6 +154,11 @@ func (r *Recipe) Validate() error {
 			return fmt.Errorf("image: %s cannot be built from itself: pick another --from", r.Name)
 		}
 	}
+	if r.Suite != "" {
+		if err := CheckSuite(r.Suite); err != nil {
+			return err
+		}
+	}
 	for _, p := range append(slices.Clone(r.Apt), r.Strip.Packages...) {
 		if err := CheckAptName(p); err != nil {
 			return err
@@ -140,6 +178,7 @@ type keyInput struct {
 	Builder    int      `json:"builder"`
 	Name       string   `json:"name"`
 	BaseDigest string   `json:"base_digest,omitempty"`
+	Suite      string   `json:"suite"`
 	Sources    string   `json:"sources_sha256"`
 	Apt        []string `json:"apt"`
 	Strip      []string `json:"strip"`
@@ -159,11 +198,12 @@ type addKey struct {
 }
 
 // Key is the recipe's cache key: the sha256 (hex) of its canonical JSON
-// with the base image's digest and the sha256 of the apt sources file. The
-// apt and strip lists are sets: their order does not change the key.
+// with the base image's digest and the sha256 of the apt sources the
+// build writes (see aptSources). The apt and strip lists are sets: their
+// order does not change the key. Call it once Suite is settled.
 func (r *Recipe) Key(baseDigest, sourcesSHA256 string) string {
 	in := keyInput{
-		Builder: BuilderVersion, Name: r.Name, BaseDigest: baseDigest, Sources: sourcesSHA256,
+		Builder: BuilderVersion, Name: r.Name, BaseDigest: baseDigest, Suite: r.Suite, Sources: sourcesSHA256,
 		Apt: sortedSet(r.Apt), Strip: sortedSet(r.Strip.Packages), Check: r.Check, Warm: r.Warm, Main: r.Main,
 		Wheels: r.Wheels, Epoch: r.SourceDateEpoch,
 	}

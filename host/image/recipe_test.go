@@ -3,42 +3,61 @@ package image
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
 func TestBuiltInRecipes(t *testing.T) {
-	for _, name := range BuiltInNames {
-		r, ok := BuiltIn(name)
-		if !ok {
-			t.Fatalf("no built-in recipe %s", name)
+	for _, suite := range Suites {
+		for _, name := range BuiltInNames {
+			r, ok := BuiltIn(name, suite)
+			if !ok {
+				t.Fatalf("no built-in recipe %s for %s", name, suite)
+			}
+			if err := r.Validate(); err != nil {
+				t.Errorf("%s/%s: %v", suite, name, err)
+			}
+			if r.Name != name || r.Suite != suite || len(r.Apt) == 0 || len(r.Check) == 0 || len(r.Main) == 0 {
+				t.Errorf("%s/%s: incomplete recipe %+v", suite, name, r)
+			}
+			if len(r.Strip.Packages) > 0 && r.Strip.Why == "" {
+				t.Errorf("%s/%s strips packages without saying why", suite, name)
+			}
 		}
-		if err := r.Validate(); err != nil {
-			t.Errorf("%s: %v", name, err)
+		stdlib, _ := BuiltIn("stdlib", suite)
+		data, _ := BuiltIn("data", suite)
+		if stdlib.From != "" || stdlib.SourceDateEpoch == 0 {
+			t.Errorf("%s: stdlib must be bootstrapped with a fixed SOURCE_DATE_EPOCH: %+v", suite, stdlib)
 		}
-		if r.Name != name || len(r.Apt) == 0 || len(r.Check) == 0 || len(r.Main) == 0 {
-			t.Errorf("%s: incomplete recipe %+v", name, r)
+		if data.From != "stdlib" {
+			t.Errorf("%s: data must start from stdlib, not %q", suite, data.From)
 		}
-		if len(r.Strip.Packages) > 0 && r.Strip.Why == "" {
-			t.Errorf("%s strips packages without saying why", name)
+		// The build checks the versions the README promises.
+		checks := strings.Join(data.Check, "\n")
+		for _, mod := range []string{"numpy", "pandas", "matplotlib"} {
+			if !strings.Contains(checks, "assert "+mod+".__version__.split('.')[0] == ") {
+				t.Errorf("%s: data does not check %s's major version", suite, mod)
+			}
+		}
+		if !strings.Contains(strings.Join(stdlib.Check, "\n"), "sys.version_info[:2] == ") {
+			t.Errorf("%s: stdlib does not check Python's version", suite)
 		}
 	}
-	stdlib, _ := BuiltIn("stdlib")
-	data, _ := BuiltIn("data")
-	if stdlib.From != "" || stdlib.SourceDateEpoch == 0 {
-		t.Errorf("stdlib must be bootstrapped with a fixed SOURCE_DATE_EPOCH: %+v", stdlib)
+	if r, ok := BuiltIn("stdlib", ""); !ok || r.Suite != DefaultSuite {
+		t.Errorf("BuiltIn(stdlib, \"\") = %+v, want the %s recipe", r, DefaultSuite)
 	}
-	if data.From != "stdlib" {
-		t.Errorf("data must start from stdlib, not %q", data.From)
-	}
-	if _, ok := BuiltIn("tools"); ok {
+	if _, ok := BuiltIn("tools", ""); ok {
 		t.Error("tools is not built in")
+	}
+	if _, ok := BuiltIn("stdlib", "sid"); ok {
+		t.Error("a built-in recipe for sid")
 	}
 }
 
 func TestImageNames(t *testing.T) {
 	for _, bad := range []string{"", "../stdlib", "a/b", "Tools", ".hidden", "-x", "1abc", "tools ", "tools\n", "tööls", strings.Repeat("a", 65)} {
-		if _, err := UserRecipe(bad, "", nil, nil, nil); err == nil {
+		if _, err := UserRecipe(bad, "", "", nil, nil, nil); err == nil {
 			t.Errorf("name %q was accepted", bad)
 		}
 	}
@@ -46,20 +65,20 @@ func TestImageNames(t *testing.T) {
 		if bad == "" {
 			continue // empty --from means stdlib
 		}
-		if _, err := UserRecipe("tools", bad, nil, nil, nil); err == nil {
+		if _, err := UserRecipe("tools", bad, "", nil, nil, nil); err == nil {
 			t.Errorf("--from %q was accepted", bad)
 		}
 	}
-	if _, err := UserRecipe("tools", "tools", nil, nil, nil); err == nil {
+	if _, err := UserRecipe("tools", "tools", "", nil, nil, nil); err == nil {
 		t.Error("an image built from itself was accepted")
 	}
 	for _, name := range BuiltInNames {
-		if _, err := UserRecipe(name, "", []string{"python3-tabulate"}, nil, nil); err == nil {
+		if _, err := UserRecipe(name, "", "", []string{"python3-tabulate"}, nil, nil); err == nil {
 			t.Errorf("a user image named %s was accepted", name)
 		}
 	}
 	for _, good := range []string{"tools", "my_tools-2", "x"} {
-		if _, err := UserRecipe(good, "data", nil, nil, nil); err != nil {
+		if _, err := UserRecipe(good, "data", "", nil, nil, nil); err != nil {
 			t.Errorf("name %q: %v", good, err)
 		}
 	}
@@ -129,6 +148,7 @@ func TestRecipeKey(t *testing.T) {
 		"epoch":      func(r *Recipe) (string, string) { r.SourceDateEpoch = 2; return digest, sources },
 		"check":      func(r *Recipe) (string, string) { r.Check = []string{"import x"}; return digest, sources },
 		"image name": func(r *Recipe) (string, string) { r.Name = "tools2"; return digest, sources },
+		"suite":      func(r *Recipe) (string, string) { r.Suite = "bookworm"; return digest, sources },
 	}
 	for what, change := range changes {
 		r := base()
@@ -181,5 +201,73 @@ func TestUpstreamVersion(t *testing.T) {
 		if got := UpstreamVersion(in); got != want {
 			t.Errorf("UpstreamVersion(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestAptSources(t *testing.T) {
+	got := aptSources("trixie", DefaultMirror)
+	want := `Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie trixie-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: trixie-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+`
+	if got != want {
+		t.Errorf("aptSources =\n%s\nwant\n%s", got, want)
+	}
+	if aptSources("bookworm", DefaultMirror) == got || aptSources("trixie", "http://mirror.example/debian") == got {
+		t.Error("the suite or the mirror did not change the sources")
+	}
+}
+
+func TestCheckMirror(t *testing.T) {
+	for _, good := range []string{DefaultMirror, "https://mirror.example.org/debian", "http://127.0.0.1:3142/debian"} {
+		if err := CheckMirror(good); err != nil {
+			t.Errorf("%q: %v", good, err)
+		}
+	}
+	for _, bad := range []string{"", "deb.debian.org/debian", "ftp://x/debian", "http:///debian", "http://x/debian/",
+		"http://x/debian\nSuites: sid", "http://x/de bian", "http://x/debian?a=b", "file:///srv/debian"} {
+		if err := CheckMirror(bad); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+}
+
+func TestCheckSuite(t *testing.T) {
+	for _, s := range Suites {
+		if err := CheckSuite(s); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	for _, bad := range []string{"", "sid", "Trixie", "trixie-security", "bullseye"} {
+		if err := CheckSuite(bad); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+	if _, err := UserRecipe("tools", "data", "sid", nil, nil, nil); err == nil {
+		t.Error("a user image from sid was accepted")
+	}
+}
+
+// apt's own words for a missing package or key become errors a person
+// can act on (see build.mmdebstrap).
+func TestAptCounterFindsFailures(t *testing.T) {
+	c := &aptCounter{}
+	for _, l := range []string{
+		"E: Unable to locate package python3-nosuch",
+		"W: GPG error: http://deb.debian.org/debian trixie InRelease: The following signatures couldn't be verified because the public key is not available: NO_PUBKEY 762F67A0B2C39DE4 NO_PUBKEY 225629DF75B188BD",
+		"W: GPG error: http://deb.debian.org/debian-security trixie-security InRelease: NO_PUBKEY 762F67A0B2C39DE4",
+	} {
+		c.line(l)
+	}
+	if !slices.Equal(c.notFound, []string{"python3-nosuch"}) || !slices.Equal(c.noKey, []string{"762F67A0B2C39DE4"}) {
+		t.Errorf("not found %v, no key %v", c.notFound, c.noKey)
 	}
 }

@@ -8,14 +8,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"pybox/shared/wire"
 )
 
 // build is one image being built in its work directory.
 type build struct {
 	b        *Builder
 	r        *Recipe
-	base     *Meta
+	base     *baseImage
 	key      string
+	sources  string // the deb822 sources file mmdebstrap reads (aptSources)
 	p        *progress
 	work     string
 	tree     string
@@ -45,7 +48,9 @@ var steps = []step{
 	{"base", layered, (*build).extractBase,
 		func(bd *build) string { return "unpack " + bd.r.From + " " + bd.base.Digest[:12] }},
 	{"bootstrap", func(bd *build) bool { return bd.r.From == "" }, (*build).bootstrap,
-		func(bd *build) string { return "mmdebstrap essential + " + strings.Join(bd.r.Apt, " ") }},
+		func(bd *build) string {
+			return "mmdebstrap " + bd.r.Suite + " essential + " + strings.Join(bd.r.Apt, " ")
+		}},
 	{"apt", func(bd *build) bool { return bd.r.From != "" && len(bd.r.Apt) > 0 }, (*build).aptLayer,
 		func(bd *build) string { return strings.Join(bd.r.Apt, " ") }},
 	{"strip", func(bd *build) bool { return len(bd.r.Strip.Packages) > 0 }, (*build).strip,
@@ -62,6 +67,8 @@ var steps = []step{
 		func(*build) string { return "matplotlib's font cache into " + mplConfigDir }},
 	{"check", always, (*build).check,
 		func(bd *build) string { return strconv.Itoa(len(bd.checks())) + " checks" }},
+	{"describe", always, (*build).describe,
+		func(*build) string { return "Python version and suite into " + wire.ImageAboutFile + ", for receipts" }},
 	{"warm", always, (*build).warm,
 		func(*build) string { return "list the files a first run reads, for warming at VM start" }},
 	{"trim", always, (*build).trim,
@@ -74,9 +81,14 @@ var steps = []step{
 // box copies its files into MPLCONFIGDIR=/tmp/.config/matplotlib.
 const mplConfigDir = "/usr/share/pybox/mplconfig"
 
-func (b *Builder) newBuild(r *Recipe, base *Meta, key string, p *progress) (*build, error) {
+func (b *Builder) newBuild(r *Recipe, base *baseImage, key, sources string, p *progress) (*build, error) {
 	work := filepath.Join(b.workRoot(), key[:16])
 	if err := os.MkdirAll(work, 0o755); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	// mmdebstrap reads a file whose name ends in .sources as deb822.
+	sourcesPath := filepath.Join(work, "debian.sources")
+	if err := os.WriteFile(sourcesPath, []byte(sources), 0o644); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	logs := filepath.Join(b.Cache, "logs")
@@ -88,9 +100,9 @@ func (b *Builder) newBuild(r *Recipe, base *Meta, key string, p *progress) (*bui
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
-	fmt.Fprintf(log, "pybox image build %s, key %s, %s\n", r.Name, key, time.Now().Format(time.RFC3339))
+	fmt.Fprintf(log, "pybox image build %s, key %s, %s\napt sources:\n%s", r.Name, key, time.Now().Format(time.RFC3339), sources)
 	return &build{
-		b: b, r: r, base: base, key: key, p: p, work: work, log: log, logPath: logPath,
+		b: b, r: r, base: base, key: key, sources: sourcesPath, p: p, work: work, log: log, logPath: logPath,
 		tree: filepath.Join(work, "tree"), image: filepath.Join(work, ImageFile),
 	}, nil
 }
@@ -156,19 +168,18 @@ func (bd *build) inTree(ctx context.Context, onLine func(string), env []string, 
 
 // extractBase unpacks the base image into the tree.
 func (bd *build) extractBase(ctx context.Context) error {
-	src := Path(bd.b.Home, bd.r.From)
-	return run(ctx, bd.log, command{path: "fsck.erofs", args: []string{"--extract=" + bd.tree, src}})
+	return run(ctx, bd.log, command{path: "fsck.erofs", args: []string{"--extract=" + bd.tree, bd.base.Path}})
 }
 
 // bootstrap makes the tree with mmdebstrap: the essential set and the
 // recipe's packages.
 func (bd *build) bootstrap(ctx context.Context) error {
-	return bd.mmdebstrap(ctx, bootstrapArgs(bd.tree, bd.b.sources(), bd.r.Apt))
+	return bd.mmdebstrap(ctx, bootstrapArgs(bd.tree, bd.sources, bd.r.Apt))
 }
 
 // aptLayer installs the recipe's packages into the base's tree.
 func (bd *build) aptLayer(ctx context.Context) error {
-	return bd.mmdebstrap(ctx, layerArgs(bd.tree, bd.b.sources()),
+	return bd.mmdebstrap(ctx, layerArgs(bd.tree, bd.sources),
 		"PYBOX_APT="+strings.Join(bd.r.Apt, " "), "PYBOX_STRIPPED="+strings.Join(bd.base.Stripped, " "))
 }
 
@@ -181,6 +192,10 @@ func (bd *build) mmdebstrap(ctx context.Context, args []string, env ...string) e
 	if err != nil && len(c.notFound) > 0 {
 		return fmt.Errorf("apt has no package %s: check the name with `apt-cache policy NAME`", strings.Join(c.notFound, ", "))
 	}
+	if err != nil && len(c.noKey) > 0 {
+		return fmt.Errorf("apt cannot check the %s archive's signature (no key %s): update debian-archive-keyring (apt-get install debian-archive-keyring; Debian 12's holds Debian 13's keys since its point release 12.1)",
+			bd.r.Suite, strings.Join(c.noKey, ", "))
+	}
 	if err == nil {
 		bd.p.Status("%d packages set up", c.setUp)
 	}
@@ -188,7 +203,8 @@ func (bd *build) mmdebstrap(ctx context.Context, args []string, env ...string) e
 }
 
 // strip purges the recipe's strip list with dpkg and installs a stand-in
-// package that provides them (see Strip).
+// package that provides them (see Strip). A name that is not installed
+// fails the build: the list was written for another release.
 func (bd *build) strip(ctx context.Context) error {
 	installed, err := installedPackages(bd.tree)
 	if err != nil {
@@ -196,15 +212,18 @@ func (bd *build) strip(ctx context.Context) error {
 	}
 	versions := packageMap(installed)
 	var gone []Package
-	var names []string
+	var names, missing []string
 	for _, n := range sortedSet(bd.r.Strip.Packages) {
 		if v, ok := versions[n]; ok {
 			gone = append(gone, Package{Name: n, Version: v})
 			names = append(names, n)
+		} else {
+			missing = append(missing, n)
 		}
 	}
-	if len(gone) == 0 {
-		return nil
+	if len(missing) > 0 {
+		return fmt.Errorf("the strip list names %s, not installed in this %s tree: the list does not match what %s installs; take the names out or correct them (`apt-cache depends` shows what pulls what)",
+			strings.Join(missing, ", "), bd.r.Suite, bd.r.Suite)
 	}
 	bd.p.Status("purging %d packages", len(gone))
 	purge := append([]string{"--purge", "--force-depends"}, names...)

@@ -34,6 +34,7 @@ type Meta struct {
 	Base         *BaseRef  `json:"base,omitempty"`
 	RecipeHash   string    `json:"recipe_hash"`
 	Python       string    `json:"python"`
+	Suite        string    `json:"suite"` // the Debian suite it was built from ("" for images built before pybox recorded it)
 	Main         []Package `json:"main_packages"`
 	AptPackages  []string  `json:"apt_packages"`
 	Wheels       []Wheel   `json:"wheels"`

@@ -12,18 +12,18 @@ import (
 )
 
 // UserRecipe makes the recipe of a user image from the flags of `pybox
-// image build NAME --from BASE --apt PKG --wheel FILE --add SRC:DEST`.
-// It reads the wheels and added files now, so the key covers their
-// content and a wheel that is not pure Python is refused before anything
-// is built.
-func UserRecipe(name, from string, apt, wheels, adds []string) (*Recipe, error) {
+// image build NAME --from BASE --suite SUITE --apt PKG --wheel FILE --add
+// SRC:DEST`. An empty suite inherits the base's. It reads the wheels and
+// added files now, so the key covers their content and a wheel that is
+// not pure Python is refused before anything is built.
+func UserRecipe(name, from, suite string, apt, wheels, adds []string) (*Recipe, error) {
 	if IsBuiltIn(name) {
-		return nil, fmt.Errorf("image: %s is a built-in image (build it with `pybox image build %s` and no flags): give your image another name", name, name)
+		return nil, fmt.Errorf("image: %s is a built-in image (build it with `pybox image build %s` and no flags but --suite): give your image another name", name, name)
 	}
 	if from == "" {
 		from = "stdlib"
 	}
-	r := &Recipe{Name: name, From: from, Apt: apt}
+	r := &Recipe{Name: name, From: from, Suite: suite, Apt: apt}
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -147,6 +147,11 @@ func fileSHA256(p string) (string, error) {
 	}
 	defer f.Close()
 	return readerSHA256(f)
+}
+
+func textSHA256(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 func readerSHA256(r io.Reader) (string, error) {

@@ -287,6 +287,7 @@ func TestShapeHostileGuest(t *testing.T) {
 	huge := strings.Repeat("\x01\"\\<", 64<<10)
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
 	rec.Reason, rec.Signal, rec.Cleanup.Detail, rec.Image.Name, rec.Agent.Kernel = huge, huge, huge, huge, huge
+	rec.Image.Python, rec.Image.Suite = huge, huge
 	rec.Capture.StdoutText, rec.Capture.StderrText = huge, huge
 	for i := range 5000 {
 		rec.InputFiles = append(rec.InputFiles, wire.FileDigest{Name: huge[:300], SHA256: strings.Repeat("a", 64), Bytes: int64(i)})

@@ -323,6 +323,7 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 	}{
 		{&r.RunID, wire.MaxRunIDBytes}, {&r.Status, maxShortString}, {&r.Reason, maxTextString},
 		{&r.Signal, maxShortString}, {&r.Image.Name, maxShortString}, {&r.Image.Digest, maxShortString},
+		{&r.Image.Python, maxShortString}, {&r.Image.Suite, maxShortString},
 		{&r.Agent.Version, maxShortString}, {&r.Agent.Commit, maxShortString}, {&r.Agent.Kernel, maxShortString},
 		{&r.Memory.Reading, maxShortString}, {&r.Cleanup.Status, maxShortString}, {&r.Cleanup.Detail, maxTextString},
 	} {

@@ -190,13 +190,16 @@ func FileSHA256(path string) (string, error) {
 }
 
 // KernelCmdline is the guest kernel's command line, without the
-// backend's own additions.
-func KernelCmdline(cfg Config) string {
+// backend's own additions. accel ("kvm", "tcg", "vz") tells the guest
+// whether its CPU is emulated: it holds OpenBLAS to kernels that run
+// under QEMU's emulator only there.
+func KernelCmdline(cfg Config, accel string) string {
 	args := []string{
 		"console=ttyS0",
 		"loglevel=4",
 		"panic=-1", // a panic reboots, and a reboot ends the VM (-no-reboot)
 		"reboot=t", // reboot with a triple fault: works on every machine type
+		"pybox.accel=" + accel,
 	}
 	sorted := append([]Image(nil), cfg.Images...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })

@@ -141,7 +141,7 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	if accel == "kvm" {
 		cpu = "host"
 	}
-	cmdline := KernelCmdline(cfg)
+	cmdline := KernelCmdline(cfg, accel)
 	if k.cmdline != "" {
 		cmdline += " " + k.cmdline
 	}

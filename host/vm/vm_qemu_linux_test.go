@@ -49,7 +49,7 @@ func TestQEMUArgsMicrovmTCG(t *testing.T) {
 		t.Errorf("-nic %v", got)
 	}
 	cmdline := argAfter(args, "-append")[0]
-	for _, want := range []string{"console=ttyS0", "reboot=t", "panic=-1", "tsc_early_khz=2445404", "tsc=reliable", "pybox.image=stdlib:" + strings.Repeat("ab", 32)} {
+	for _, want := range []string{"console=ttyS0", "reboot=t", "panic=-1", "tsc_early_khz=2445404", "tsc=reliable", "pybox.accel=tcg", "pybox.image=stdlib:" + strings.Repeat("ab", 32)} {
 		if !strings.Contains(cmdline, want) {
 			t.Errorf("kernel command line %q lacks %q", cmdline, want)
 		}
@@ -81,8 +81,12 @@ func TestQEMUArgsPCKVM(t *testing.T) {
 	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{"host"}) {
 		t.Errorf("-cpu %v", got)
 	}
-	if cmdline := argAfter(args, "-append")[0]; strings.Contains(cmdline, "tsc") {
+	cmdline := argAfter(args, "-append")[0]
+	if strings.Contains(cmdline, "tsc") {
 		t.Errorf("pc needs no TSC hint: %q", cmdline)
+	}
+	if !strings.Contains(cmdline, "pybox.accel=kvm") || strings.Contains(cmdline, "pybox.accel=tcg") {
+		t.Errorf("kernel command line %q: want pybox.accel=kvm", cmdline)
 	}
 	devices := strings.Join(argAfter(args, "-device"), " ")
 	if !strings.Contains(devices, "virtio-serial-pci") || !strings.Contains(devices, "virtio-blk-pci") {

@@ -10,7 +10,7 @@ import "strings"
 // arm64, where a reboot is a PSCI call and stops the VM.
 func vzCmdline(cfg Config) string {
 	var args []string
-	for _, a := range strings.Fields(KernelCmdline(cfg)) {
+	for _, a := range strings.Fields(KernelCmdline(cfg, "vz")) {
 		switch {
 		case strings.HasPrefix(a, "console="):
 			args = append(args, "console=hvc0")

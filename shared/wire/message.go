@@ -107,10 +107,14 @@ type Hello struct {
 	Data []string `json:"data,omitempty"`
 }
 
-// ImageInfo names an image the guest mounted and the digest it verified.
+// ImageInfo names an image the guest mounted and the digest it verified,
+// with the Python version and Debian suite the image says it holds (see
+// ImageAbout; empty for an image that does not say).
 type ImageInfo struct {
 	Name   string `json:"name"`
 	Digest string `json:"digest"`
+	Python string `json:"python,omitempty"`
+	Suite  string `json:"suite,omitempty"`
 }
 
 // Cancel asks the guest to stop the run with this ID.

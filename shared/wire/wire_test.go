@@ -168,3 +168,29 @@ func FuzzCheckFileName(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeImageAbout(t *testing.T) {
+	a, err := DecodeImageAbout([]byte(`{"python":"3.13.5","suite":"trixie"}`))
+	if err != nil || a != (ImageAbout{Python: "3.13.5", Suite: "trixie"}) {
+		t.Fatalf("got %+v, %v", a, err)
+	}
+	for _, bad := range []string{
+		`{"python":"3.13","suite":"trixie"}`,
+		`{"python":"3.13.5rc1","suite":"trixie"}`,
+		`{"python":"3..5","suite":"trixie"}`,
+		`{"python":"3.13.5","suite":"Trixie"}`,
+		`{"python":"3.13.5","suite":"trixie-security"}`,
+		`{"python":"3.13.5","suite":""}`,
+		`{"python":"3.13.5"}`,
+		`{"python":"3.13.5","suite":"trixie","extra":1}`,
+		`{"python":"3.13.5","suite":"trixie","Suite":"sid"}`,
+		`{"python":"3.13.5","suite":"trixie"} {}`,
+		`{"python":"1.2.` + strings.Repeat("9", 20) + `","suite":"trixie"}`,
+		`{"python":"3.13.5","suite":"` + strings.Repeat("x", 33) + `"}`,
+		`{"python":"3.13.5","suite":"trixie","pad":"` + strings.Repeat(" ", MaxImageAboutBytes) + `"}`,
+	} {
+		if a, err := DecodeImageAbout([]byte(bad)); err == nil {
+			t.Errorf("%.80s: accepted as %+v", bad, a)
+		}
+	}
+}

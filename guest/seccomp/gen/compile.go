@@ -3,11 +3,14 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 
 	"pybox/guest/seccomp"
 )
@@ -19,8 +22,9 @@ var arches = map[string]libseccomp.ScmpArch{
 }
 
 // Compile turns seccomp.Policy into a classic BPF program for goarch, as
-// the kernel reads it (struct sock_filter, little-endian). It also
-// returns the names of the calls that goarch does not have.
+// the kernel reads it (struct sock_filter, little-endian): newerCalls,
+// then libseccomp's program for the table. It also returns the names of
+// the calls that goarch does not have.
 func Compile(goarch string) (prog []byte, missing []string, err error) {
 	arch, ok := arches[goarch]
 	if !ok {
@@ -46,8 +50,50 @@ func Compile(goarch string) (prog []byte, missing []string, err error) {
 			return nil, nil, fmt.Errorf("gen: %s rule for %s: %w", goarch, r.Name, err)
 		}
 	}
-	prog, err = export(f)
-	return prog, missing, err
+	table, err := export(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	prog, err = newerCalls(goarch)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(prog, table...), missing, nil
+}
+
+// newerCalls answers a native call numbered above seccomp.LastKnownCall
+// with ENOSYS, and hands every other call to the program that follows
+// (libseccomp's, which loads what it needs again): a call through a
+// foreign ABI, and on amd64 an x32 call (bit 30 set), so that those still
+// kill. libseccomp cannot say this itself: its default action covers
+// every call it does not name, and it knows calls newer than the policy
+// (Debian 12's knows fchmodat2).
+func newerCalls(goarch string) ([]byte, error) {
+	const (
+		offNr   = 0 // struct seccomp_data
+		offArch = 4
+		x32Bit  = 0x40000000
+	)
+	insts := []bpf.Instruction{
+		/* 0 */ bpf.LoadAbsolute{Off: offArch, Size: 4},
+		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: seccomp.AuditArch(goarch), SkipFalse: 4},
+		/* 2 */ bpf.LoadAbsolute{Off: offNr, Size: 4},
+		/* 3 */ bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: seccomp.LastKnownCall, SkipFalse: 2},
+		/* 4 */ bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: x32Bit, SkipTrue: 1},
+		/* 5 */ bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+		/* 6: the table's program */
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return nil, fmt.Errorf("gen: %w", err)
+	}
+	out := make([]byte, 0, 8*len(raw))
+	for _, r := range raw {
+		out = binary.LittleEndian.AppendUint16(out, r.Op)
+		out = append(out, r.Jt, r.Jf)
+		out = binary.LittleEndian.AppendUint32(out, r.K)
+	}
+	return out, nil
 }
 
 // newFilter makes an empty filter for arch alone: a call made through

@@ -67,6 +67,20 @@ func TestEveryArchByName(t *testing.T) {
 		if v := verdict("clone3"); v != nosys {
 			t.Errorf("%s: clone3: verdict %#x, want ENOSYS", goarch, v)
 		}
+		// The policy's last call is what LastKnownCall says it is; the
+		// calls after it are newer than the policy.
+		if name, err := libseccomp.ScmpSyscall(seccomp.LastKnownCall).GetNameByArch(arch); err != nil || name != "set_mempolicy_home_node" {
+			t.Errorf("%s: call %d is %q (%v), want set_mempolicy_home_node", goarch, seccomp.LastKnownCall, name, err)
+		}
+		if v := verdict("set_mempolicy_home_node"); v != perm {
+			t.Errorf("%s: set_mempolicy_home_node: verdict %#x, want EPERM", goarch, v)
+		}
+		for _, nr := range []int32{seccomp.LastKnownCall + 1, 452 /* fchmodat2 */, 1000} {
+			d := seccomp.Data{Nr: nr, Arch: seccomp.AuditArch(goarch)}
+			if v, err := seccomp.Evaluate(goarch, d); err != nil || v != nosys {
+				t.Errorf("%s: call %d, newer than the policy: verdict %#x (%v), want ENOSYS", goarch, nr, v, err)
+			}
+		}
 		if v := verdict("socket", unix.AF_VSOCK, unix.SOCK_STREAM); v != perm {
 			t.Errorf("%s: socket(AF_VSOCK): verdict %#x, want EPERM", goarch, v)
 		}
