@@ -458,7 +458,7 @@ func TestMCPNoVM(t *testing.T) {
 		}
 		r := goCall(t, cs, map[string]any{"code": "print(1)"})
 		if !r.IsError || r.Doc.Error == nil || r.Doc.Error.Code != "no_vm" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" ||
-			!strings.Contains(r.Doc.Error.Message, "pybox vm start") {
+			!strings.Contains(r.Doc.Error.Message, "pybox vm start") || !strings.Contains(r.Doc.Error.Message, "PYBOX_HOME="+e.home+":") {
 			t.Fatalf("%s", r.Text)
 		}
 	})
@@ -577,19 +577,20 @@ func TestMCPNoVM(t *testing.T) {
 		out, hint, code := runCmd(t, e.env, link, "mcp", "config", "--client", "claude-desktop", "--images", "stdlib,data", "--max-timeout", "30")
 		var cfg struct {
 			MCPServers map[string]struct {
-				Command string   `json:"command"`
-				Args    []string `json:"args"`
+				Command string            `json:"command"`
+				Args    []string          `json:"args"`
+				Env     map[string]string `json:"env"`
 			} `json:"mcpServers"`
 		}
 		if code != 0 || json.Unmarshal([]byte(out), &cfg) != nil || !strings.Contains(hint, "claude_desktop_config.json") {
 			t.Fatalf("exit %d: %s\n%s", code, out, hint)
 		}
 		s := cfg.MCPServers["pybox"]
-		if s.Command != e.bin || strings.Join(s.Args, " ") != "mcp --images stdlib,data --max-timeout 30" {
-			t.Errorf("config %+v; want the resolved path %s", s, e.bin)
+		if s.Command != e.bin || strings.Join(s.Args, " ") != "mcp --images stdlib,data --max-timeout 30" || s.Env["PYBOX_HOME"] != e.home {
+			t.Errorf("config %+v; want the resolved path %s and PYBOX_HOME %s", s, e.bin, e.home)
 		}
 		out, _, _ = runCmd(t, e.env, link, "mcp", "config", "--client", "claude-code")
-		if strings.TrimSpace(out) != "claude mcp add pybox -- "+e.bin+" mcp" {
+		if strings.TrimSpace(out) != "claude mcp add pybox -e PYBOX_HOME="+e.home+" -- "+e.bin+" mcp" {
 			t.Errorf("claude-code: %q", out)
 		}
 	})
