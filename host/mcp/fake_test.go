@@ -30,6 +30,9 @@ type fakeVM struct {
 	result func(r *wire.Run) (*wire.Result, error)
 	// deliver, when set, answers every run that asks for delivery.
 	deliver func(r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error)
+	// cleanup is how long a cancelled run takes to answer: the guest
+	// kills the box and removes it first.
+	cleanup time.Duration
 
 	mu        sync.Mutex
 	runs      []*wire.Run
@@ -91,6 +94,7 @@ func (c fakeConn) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire
 		}
 	}
 	if ctx.Err() != nil {
+		time.Sleep(v.cleanup)
 		v.mu.Lock()
 		v.cancelled = append(v.cancelled, r.RunID)
 		v.mu.Unlock()
