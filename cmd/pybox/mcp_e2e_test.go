@@ -202,19 +202,22 @@ type mcpDoc struct {
 		ReceiptBytes  int      `json:"receipt_bytes"`
 		ResponseBytes int      `json:"response_bytes"`
 	} `json:"delivery"`
-	Files *[]struct {
-		Name     string  `json:"name"`
-		Bytes    int64   `json:"bytes"`
-		SHA256   string  `json:"sha256"`
-		Encoding string  `json:"encoding"`
-		Content  *string `json:"content"`
-		Omitted  bool    `json:"omitted"`
-	} `json:"files"`
+	Files *[]mcpFile `json:"files"`
+}
+
+type mcpFile struct {
+	Name     string  `json:"name"`
+	Bytes    int64   `json:"bytes"`
+	SHA256   string  `json:"sha256"`
+	Encoding string  `json:"encoding"`
+	Content  *string `json:"content"`
+	Omitted  bool    `json:"omitted"`
 }
 
 type mcpExecution struct {
 	RunID    string `json:"run_id"`
 	Status   string `json:"status"`
+	WallMS   int64  `json:"wall_ms"`
 	ExitCode *int   `json:"exit_code"`
 	Image    struct {
 		Name   string `json:"name"`
