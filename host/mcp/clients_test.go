@@ -82,17 +82,17 @@ func TestClientHandshakes(t *testing.T) {
 	}
 }
 
-// A ping while a call runs is answered at once.
+// A ping while a call runs is answered while it runs (the run waits for
+// release, which comes only after the answer).
 func TestPingDuringRun(t *testing.T) {
 	vm := newFakeVM()
 	s := startSession(t, DefaultOptions(), vm, testLimits())
 	r := s.raw(true)
 	r.call("5", `{"code":"wait"}`)
 	<-vm.started
-	start := time.Now()
 	r.send(`{"jsonrpc":"2.0","id":6,"method":"ping"}`)
-	if m := r.reply("6"); m.Error != nil || string(m.Result) != "{}" || time.Since(start) > time.Second {
-		t.Errorf("ping after %v: %s", time.Since(start), m.line)
+	if m := r.reply("6"); m.Error != nil || string(m.Result) != "{}" {
+		t.Errorf("ping: %s", m.line)
 	}
 	close(vm.release)
 	if d := toolResult(t, r.reply("5")); d.isError {
@@ -105,7 +105,9 @@ func TestPingDuringRun(t *testing.T) {
 // Code: "SdkError: Request timed out"; Gemini CLI: "McpError: MCP error
 // -32001: Request timed out"; Codex: "MCP request cancelled by caller").
 // The next call waits for the cancelled box to be removed, instead of
-// being refused as busy.
+// being refused as busy. (It comes a model's turn after the cancel; the
+// SDK applies a cancel asynchronously, so the test too waits until the
+// cancel has reached the run.)
 func TestCallAfterClientTimeout(t *testing.T) {
 	noLeaks(t)
 	vm := newFakeVM()
@@ -115,10 +117,12 @@ func TestCallAfterClientTimeout(t *testing.T) {
 	r.call("2", `{"code":"block","timeout_s":2}`)
 	first := <-vm.started
 	r.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"McpError: MCP error -32001: Request timed out"}}`)
+	<-vm.stopping
 	r.call("3", `{"code":"print(3)"}`)
 	if d := toolResult(t, r.reply("3")); d.isError { // and no response to 2 first
 		t.Fatalf("the call after the cancelled one: %+v", d.doc.Error)
 	}
+	<-vm.started // call 3's run
 	if got := vm.Cancelled(); len(got) != 1 || got[0] != first {
 		t.Errorf("cancelled runs %v, want %s", got, first)
 	}

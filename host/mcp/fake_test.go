@@ -38,10 +38,11 @@ type fakeVM struct {
 	runs      []*wire.Run
 	cancelled []string
 	started   chan string // run ids as they start
+	stopping  chan string // run ids as their cancellation reaches them
 }
 
 func newFakeVM() *fakeVM {
-	return &fakeVM{release: make(chan struct{}), started: make(chan string, 64)}
+	return &fakeVM{release: make(chan struct{}), started: make(chan string, 64), stopping: make(chan string, 64)}
 }
 
 func (v *fakeVM) dial(context.Context) (Runner, error) {
@@ -94,6 +95,7 @@ func (c fakeConn) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire
 		}
 	}
 	if ctx.Err() != nil {
+		v.stopping <- r.RunID
 		time.Sleep(v.cleanup)
 		v.mu.Lock()
 		v.cancelled = append(v.cancelled, r.RunID)

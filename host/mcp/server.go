@@ -229,7 +229,9 @@ func (s *Server) judge(run *wire.Run, res *wire.Result, err error) outcome {
 // call while another runs is refused at once: nothing is queued. But a
 // call after one the client cancelled waits for that one's box to be
 // removed: agents cancel a call on their own timeout and call again
-// straight away, and for them no call is running any more.
+// straight away, and for them no call is running any more. (The SDK
+// applies a cancel asynchronously, in microseconds: only a call sent on
+// the cancel's heels, before that, still finds the call running.)
 func (s *Server) acquire(ctx context.Context) (release func(), err error) {
 	for {
 		s.mu.Lock()
