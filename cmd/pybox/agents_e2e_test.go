@@ -42,32 +42,59 @@ type agentCall struct {
 // run_python's documented example (pandas summing a CSV) runs in the data
 // image: one call there per agent, since each pays pandas' import.
 const (
-	salesCSV    = "region,sales\nnorth,120\n"
-	pandasCode  = "import pandas as pd\nprint(pd.read_csv('/tmp/input/sales.csv').sum())"
-	pandasPrint = "region    north\nsales       120\ndtype: object\n"
-	writtenCSV  = "region,sales\nnorth,120\nsouth,80\n"
+	agentSalesCSV    = "region,sales\nnorth,120\n"
+	agentPandasCode  = "import pandas as pd\nprint(pd.read_csv('/tmp/input/sales.csv').sum())"
+	agentPandasPrint = "region    north\nsales       120\ndtype: object\n"
+	agentWrittenCSV  = "region,sales\nnorth,120\nsouth,80\n"
 )
 
+// agentChartCode draws a small bar chart with Pillow (what matplotlib
+// writes its PNGs with, and far quicker to import under TCG).
+const agentChartCode = `from PIL import Image, ImageDraw
+im = Image.new("RGB", (200, 120), "white")
+d = ImageDraw.Draw(im)
+for i, v in enumerate([120, 80]):
+    d.rectangle([20 + 80 * i, 110 - v * 0.8, 80 + 80 * i, 110], fill="steelblue")
+im.save("/tmp/output/chart.png")
+print("chart.png")`
+
 // agentCalls are the calls every agent's model makes, in order. A check
-// of another kind of result (a chart as an image block, say) is one more
-// entry: its check finds the image in s.images.
+// of another kind of result is one more entry.
 var agentCalls = []agentCall{
 	{"a receipt and a CSV back", map[string]any{
-		"code":         "open('/tmp/output/sales.csv', 'w').write(" + pyString(writtenCSV) + ")\nprint('wrote sales.csv')",
+		"code":         "open('/tmp/output/sales.csv', 'w').write(" + pyString(agentWrittenCSV) + ")\nprint('wrote sales.csv')",
 		"return_files": true, "timeout_s": 10,
 	}, func(t *testing.T, s *seenResult) {
 		s.ran(t, "wrote sales.csv\n")
-		if f := s.file("sales.csv"); f == nil || f.Encoding != "utf-8" || f.Content == nil || *f.Content != writtenCSV {
+		if f := s.file("sales.csv"); f == nil || f.Encoding != "utf-8" || f.Content == nil || *f.Content != agentWrittenCSV {
 			t.Errorf("the CSV did not come back whole: %+v", s.doc.Files)
 		}
 	}},
 	{"the pandas example in data", map[string]any{
-		"code": pandasCode, "image": "data", "timeout_s": 30, "return_files": true,
-		"files": []any{map[string]any{"name": "sales.csv", "content": salesCSV}},
+		"code": agentPandasCode, "image": "data", "timeout_s": 30, "return_files": true,
+		"files": []any{map[string]any{"name": "sales.csv", "content": agentSalesCSV}},
 	}, func(t *testing.T, s *seenResult) {
-		s.ran(t, pandasPrint)
+		s.ran(t, agentPandasPrint)
 		if s.exec.Image.Name != "data" {
 			t.Errorf("ran in %q", s.exec.Image.Name)
+		}
+	}},
+	{"a chart as an image", map[string]any{
+		"code": agentChartCode, "image": "data", "timeout_s": 30, "return_files": true,
+	}, func(t *testing.T, s *seenResult) {
+		s.ran(t, "chart.png\n")
+		f := s.file("chart.png")
+		if f == nil || f.Encoding != "base64" || f.Content == nil {
+			t.Fatalf("chart.png did not come back as a file: %+v", s.doc.Files)
+		}
+		var shown []string
+		found := false
+		for _, im := range s.images {
+			shown = append(shown, im.MediaType)
+			found = found || im.MediaType == "image/png" && im.Data == *f.Content
+		}
+		if found != s.cli.showsImages {
+			t.Errorf("the chart reached the model as an image: %v, want %v (images: %q)", found, s.cli.showsImages, shown)
 		}
 	}},
 	{"a refused argument", map[string]any{
@@ -127,6 +154,7 @@ type agentCLI struct {
 	name        string // as in the README's table
 	bin         string // under testdata/agents/node_modules/.bin
 	flagsErrors bool   // whether its model API can mark a tool result as an error
+	showsImages bool   // whether it hands the model a result's image blocks
 	// model serves the scripted model in the vendor's API.
 	model func(*scriptedModel) http.Handler
 	// setUp configures pybox (from `pybox mcp config`) and the model's
@@ -142,7 +170,7 @@ const agentPrompt = "Use run_python."
 
 var agentCLIs = []*agentCLI{
 	{
-		name: "Claude Code", bin: "claude", flagsErrors: true, model: anthropicModel,
+		name: "Claude Code", bin: "claude", flagsErrors: true, showsImages: true, model: anthropicModel,
 		setUp: func(a *agentSession, url string) ([]string, []string) {
 			// Without CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC even `claude
 			// mcp add` looks up api.anthropic.com.
@@ -152,13 +180,23 @@ var agentCLIs = []*agentCLI{
 			return []string{"-p", agentPrompt, "--allowedTools", "mcp__pybox__run_python"}, env
 		},
 		read: func(t *testing.T, r toolReply) (string, bool) {
-			if len(r.Texts) != 1 {
-				t.Fatalf("want one text, got %d: %.500s", len(r.Texts), r.Raw)
+			// With an image, Claude Code adds a text of its own that says
+			// where it saved a copy: "[Image: source: PATH]".
+			var doc []string
+			for _, text := range r.Texts {
+				if !strings.HasPrefix(text, "[Image: source: ") {
+					doc = append(doc, text)
+				}
 			}
-			return r.Texts[0], r.IsError
+			if len(doc) != 1 {
+				t.Fatalf("want one text besides Claude Code's own, got %d: %.500s", len(doc), r.Raw)
+			}
+			return doc[0], r.IsError
 		},
 	},
 	{
+		// With a model it has no metadata for, as here, Codex takes it for
+		// text only and hands it no image.
 		name: "Codex CLI", bin: "codex", model: openAIModel,
 		setUp: func(a *agentSession, url string) ([]string, []string) {
 			// The model provider, then the table `pybox mcp config` prints.
@@ -195,7 +233,7 @@ wire_api = "responses"
 		},
 	},
 	{
-		name: "Gemini CLI", bin: "gemini", flagsErrors: true, model: geminiModel,
+		name: "Gemini CLI", bin: "gemini", flagsErrors: true, showsImages: true, model: geminiModel,
 		setUp: func(a *agentSession, url string) ([]string, []string) {
 			// The mcpServers entry `pybox mcp config` prints, in settings
 			// that pick the API-key login (its base URL comes from the
@@ -370,8 +408,10 @@ func (a *agentSession) try(extraEnv []string, name string, args ...string) (stri
 
 // geminiDocument finds the result document in Gemini CLI's
 // functionResponse: a result's text content as "output", inside
-// <untrusted_context> tags; an error result as "error", a sentence that
-// ends with the whole MCP result as JSON.
+// <untrusted_context> tags, followed by a line per image ("[Tool
+// 'run_python' provided the following image data with mime-type:
+// image/png]"; the image itself is the next part); an error result as
+// "error", a sentence that ends with the whole MCP result as JSON.
 func geminiDocument(t *testing.T, r toolReply) (string, bool) {
 	t.Helper()
 	var resp struct {
@@ -383,7 +423,10 @@ func geminiDocument(t *testing.T, r toolReply) (string, bool) {
 	}
 	if resp.Output != nil {
 		doc, ok := strings.CutPrefix(*resp.Output, "<untrusted_context>\n")
-		doc, ok2 := strings.CutSuffix(doc, "\n</untrusted_context>")
+		doc, notes, ok2 := strings.Cut(doc, "\n</untrusted_context>")
+		for _, note := range strings.Split(notes, "\n")[1:] {
+			ok2 = ok2 && strings.HasPrefix(note, "[Tool 'run_python' provided the following image data with mime-type: ")
+		}
 		if !ok || !ok2 {
 			t.Fatalf("not Gemini CLI's shape: %.500s", r.Raw)
 		}
