@@ -26,8 +26,9 @@ packages=(
   # floor's pandas
   bubblewrap runsc python3-pandas
 )
-# The TypeScript MCP client used by the end-to-end tests needs Node.js and
-# npm; a machine that already has them (from any source) keeps its own.
+# The end-to-end tests' MCP clients from npm (the TypeScript SDK, and the
+# agent CLIs with the Node.js 22 they run on) need npm and a Node.js to run
+# it; a machine that already has them (from any source) keeps its own.
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 echo "deps: apt-get install ${packages[*]}"
 apt-get update -q

@@ -92,7 +92,7 @@ func startBoxVM(t *testing.T) {
 	e := &vmEnv{t: t, bin: pyboxBin(t), home: home}
 	e.env = append(os.Environ(), "PYBOX_HOME="+home, "PYBOX_KERNEL="+k, "PYBOX_INITRAMFS="+i)
 	sharedVM.env = e
-	atExit = append(atExit, func() { stopBoxVM(e) })
+	atExit = append(atExit, func() { stopSharedVM(e) })
 	// The product's default memory: a run's 512 MiB limit must be what
 	// stops a memory bomb, not the VM running out. One CPU: the test
 	// host's cores are shared.
@@ -109,7 +109,8 @@ func startBoxVM(t *testing.T) {
 	t.Logf("the agent at rest after the first run: %v", sharedVM.base)
 }
 
-func stopBoxVM(e *vmEnv) {
+// stopSharedVM stops a VM that several tests shared and removes its home.
+func stopSharedVM(e *vmEnv) {
 	cmd := exec.Command(e.bin, "vm", "stop")
 	cmd.Env = e.env
 	cmd.Run()

@@ -11,9 +11,7 @@ import (
 // passes, and a server started with other options than the check's is
 // caught by exactly the checks that see options.
 func TestCheckWithVM(t *testing.T) {
-	e := newVMEnv(t)
-	linkImages(t, e, "stdlib", "data")
-	e.mustStart("--images", "stdlib,data")
+	e := startMCPVM(t)
 	// A generous ceiling: the first run in a cold image is slow under TCG.
 	opts := []string{"--images", "stdlib,data", "--max-timeout", "10"}
 

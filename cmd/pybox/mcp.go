@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,7 +58,7 @@ protocol messages only; the server logs to stderr.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop)
 	in, out := stdio()
-	logf("serving run_python (images %s, timeout at most %v s%s)", strings.Join(opts.Images, ","), opts.MaxTimeout, folderNote(opts))
+	logf("serving run_python (images %s, timeout at most %v s%s, the VM's home %s)", strings.Join(opts.Images, ","), opts.MaxTimeout, folderNote(opts), h)
 	if err := srv.Serve(ctx, &mcp.Transport{In: in, Out: out, Log: logf}); err != nil {
 		logf("the session ended: %v", err)
 		return exitFailure
@@ -118,6 +119,9 @@ func dialVM(home string) mcp.Dialer {
 		ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		defer cancel()
 		c, err := client.DialContext(ctx, home)
+		if errors.Is(err, client.ErrNoVM) {
+			return nil, noVMError(home)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -127,6 +131,16 @@ func dialVM(home string) mcp.Dialer {
 		}
 		return c, nil
 	}
+}
+
+// noVMError says where the server looked for the VM. A client starts the
+// server with an environment of its own choosing, which often lacks the
+// user's PYBOX_HOME: then `pybox vm status` says running while every call
+// says no VM, and only the home named here tells the two apart.
+func noVMError(home string) error {
+	return fmt.Errorf("the VM is not running under PYBOX_HOME=%s: start it with `pybox vm start`; "+
+		"if `pybox vm status` says it is running, it runs under another PYBOX_HOME: set that one in the client's "+
+		"configuration of this server (`pybox mcp config` prints one that does)", home)
 }
 
 // stdio returns stdin and stdout. When they are pipes or sockets (as an
@@ -154,7 +168,9 @@ func mcpConfig(args []string) int {
 	fs := flags("mcp config", "[--client NAME] [--images LIST] [--max-timeout S]", `
 Print a ready-to-paste configuration that starts `+"`pybox mcp`"+` with the
 options given, naming this pybox by its absolute path (desktop apps do not
-see the shell's PATH). Where to paste it is said on stderr.
+see the shell's PATH) and setting PYBOX_HOME to this shell's (clients start
+servers with an environment of their own). Where to paste it is said on
+stderr.
 Clients: `+strings.Join(mcp.ClientNames(), ", ")+`.`)
 	clientName := fs.String("client", "generic", "the client to configure: "+strings.Join(mcp.ClientNames(), ", "))
 	opts, code, ok := mcpOptions(fs, args)
@@ -168,7 +184,11 @@ Clients: `+strings.Join(mcp.ClientNames(), ", ")+`.`)
 	if err != nil {
 		return fail("cannot tell where this pybox is (%v): use the full path from `which pybox`", err)
 	}
-	snippet, hint, err := mcp.Config(*clientName, exe, opts)
+	h, err := home()
+	if err != nil {
+		return fail("%v", err)
+	}
+	snippet, hint, err := mcp.Config(*clientName, exe, h, opts)
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}

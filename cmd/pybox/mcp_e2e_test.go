@@ -5,7 +5,7 @@ package main
 // CommandTransport, and the official TypeScript SDK under node), and by a
 // raw client for what an SDK will not send (a 600 KiB message, a client
 // that stops reading). The tests that need no VM run everywhere; the rest
-// share one VM (see startMCPVM).
+// share one VM with `pybox check`'s and the agents' (see startMCPVM).
 
 import (
 	"bufio"
@@ -40,11 +40,21 @@ import (
 // share: it needs the stdlib and data images.
 var mcpVMStartArgs = []string{"--images", "stdlib,data"}
 
-// startMCPVM returns the VM the MCP tests use. With PYBOX_HOME set to a
+// mcpVM is the VM that the tests of `pybox mcp`, `pybox check` and the
+// agent CLIs share: started by the first of them, stopped after the last
+// test (see TestMain's atExit).
+var mcpVM struct {
+	once sync.Once
+	env  *vmEnv // its t is the test that started it: use startMCPVM(t)
+	skip string // why it cannot start here (a skip, or a failure in CI)
+	err  error
+}
+
+// startMCPVM returns the VM the MCP tests share. With PYBOX_HOME set to a
 // home whose VM is running, it uses that VM (and leaves it running):
-// handy while working on `pybox mcp`. Otherwise it starts one in a fresh
-// home, which needs what newVMEnv needs (kernel, initramfs, QEMU) and the
-// images stdlib and data where `pybox vm start --images` finds them.
+// handy while working on `pybox mcp`. Otherwise the first call starts one
+// in a fresh home, which needs what newVMEnv needs (kernel, initramfs,
+// QEMU) and the images stdlib and data where `make images` put them.
 func startMCPVM(t testing.TB) *vmEnv {
 	if home := os.Getenv("PYBOX_HOME"); home != "" {
 		if c, err := client.Dial(home); err == nil {
@@ -53,10 +63,38 @@ func startMCPVM(t testing.TB) *vmEnv {
 			return &vmEnv{t: t, bin: pyboxBin(t), home: home, env: os.Environ()}
 		}
 	}
-	e := newVMEnv(t)
-	linkImages(t, e, "stdlib", "data")
+	guestArtifactsForTest(t)
+	mcpVM.once.Do(func() { bootMCPVM(t) })
+	if mcpVM.skip != "" {
+		unavailable(t, mcpVM.skip)
+	}
+	if mcpVM.err != nil {
+		t.Fatal(mcpVM.err)
+	}
+	e := *mcpVM.env
+	e.t = t
+	return &e
+}
+
+func bootMCPVM(t testing.TB) {
+	// Until the VM answers, later tests see why it did not.
+	mcpVM.err = fmt.Errorf("the shared MCP VM did not start: see the log of %s", t.Name())
+	k, i := guestArtifactsForTest(t)
+	home, err := os.MkdirTemp("", "pybox-mcp")
+	if err != nil {
+		mcpVM.err = err
+		return
+	}
+	e := &vmEnv{t: t, bin: pyboxBin(t), home: home}
+	e.env = append(os.Environ(), "PYBOX_HOME="+home, "PYBOX_KERNEL="+k, "PYBOX_INITRAMFS="+i)
+	atExit = append(atExit, func() { stopSharedVM(e) })
+	missing, err := linkImagesInto(home, "stdlib", "data")
+	if missing != "" || err != nil {
+		mcpVM.skip, mcpVM.err = missing, err
+		return
+	}
 	e.mustStart(mcpVMStartArgs...)
-	return e
+	mcpVM.env, mcpVM.err = e, nil
 }
 
 // needImage stops a test that needs an image the VM does not have: a
@@ -164,19 +202,22 @@ type mcpDoc struct {
 		ReceiptBytes  int      `json:"receipt_bytes"`
 		ResponseBytes int      `json:"response_bytes"`
 	} `json:"delivery"`
-	Files *[]struct {
-		Name     string  `json:"name"`
-		Bytes    int64   `json:"bytes"`
-		SHA256   string  `json:"sha256"`
-		Encoding string  `json:"encoding"`
-		Content  *string `json:"content"`
-		Omitted  bool    `json:"omitted"`
-	} `json:"files"`
+	Files *[]mcpFile `json:"files"`
+}
+
+type mcpFile struct {
+	Name     string  `json:"name"`
+	Bytes    int64   `json:"bytes"`
+	SHA256   string  `json:"sha256"`
+	Encoding string  `json:"encoding"`
+	Content  *string `json:"content"`
+	Omitted  bool    `json:"omitted"`
 }
 
 type mcpExecution struct {
 	RunID    string `json:"run_id"`
 	Status   string `json:"status"`
+	WallMS   int64  `json:"wall_ms"`
 	ExitCode *int   `json:"exit_code"`
 	Image    struct {
 		Name   string `json:"name"`
@@ -460,7 +501,7 @@ func TestMCPNoVM(t *testing.T) {
 		}
 		r := goCall(t, cs, map[string]any{"code": "print(1)"})
 		if !r.IsError || r.Doc.Error == nil || r.Doc.Error.Code != "no_vm" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" ||
-			!strings.Contains(r.Doc.Error.Message, "pybox vm start") {
+			!strings.Contains(r.Doc.Error.Message, "pybox vm start") || !strings.Contains(r.Doc.Error.Message, "PYBOX_HOME="+e.home+":") {
 			t.Fatalf("%s", r.Text)
 		}
 	})
@@ -579,19 +620,20 @@ func TestMCPNoVM(t *testing.T) {
 		out, hint, code := runCmd(t, e.env, link, "mcp", "config", "--client", "claude-desktop", "--images", "stdlib,data", "--max-timeout", "30")
 		var cfg struct {
 			MCPServers map[string]struct {
-				Command string   `json:"command"`
-				Args    []string `json:"args"`
+				Command string            `json:"command"`
+				Args    []string          `json:"args"`
+				Env     map[string]string `json:"env"`
 			} `json:"mcpServers"`
 		}
 		if code != 0 || json.Unmarshal([]byte(out), &cfg) != nil || !strings.Contains(hint, "claude_desktop_config.json") {
 			t.Fatalf("exit %d: %s\n%s", code, out, hint)
 		}
 		s := cfg.MCPServers["pybox"]
-		if s.Command != e.bin || strings.Join(s.Args, " ") != "mcp --images stdlib,data --max-timeout 30" {
-			t.Errorf("config %+v; want the resolved path %s", s, e.bin)
+		if s.Command != e.bin || strings.Join(s.Args, " ") != "mcp --images stdlib,data --max-timeout 30" || s.Env["PYBOX_HOME"] != e.home {
+			t.Errorf("config %+v; want the resolved path %s and PYBOX_HOME %s", s, e.bin, e.home)
 		}
 		out, _, _ = runCmd(t, e.env, link, "mcp", "config", "--client", "claude-code")
-		if strings.TrimSpace(out) != "claude mcp add pybox -- "+e.bin+" mcp" {
+		if strings.TrimSpace(out) != "claude mcp add pybox -e PYBOX_HOME="+e.home+" -- "+e.bin+" mcp" {
 			t.Errorf("claude-code: %q", out)
 		}
 	})

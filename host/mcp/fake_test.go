@@ -30,15 +30,19 @@ type fakeVM struct {
 	result func(r *wire.Run) (*wire.Result, error)
 	// deliver, when set, answers every run that asks for delivery.
 	deliver func(r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error)
+	// cleanup is how long a cancelled run takes to answer: the guest
+	// kills the box and removes it first.
+	cleanup time.Duration
 
 	mu        sync.Mutex
 	runs      []*wire.Run
 	cancelled []string
 	started   chan string // run ids as they start
+	stopping  chan string // run ids as their cancellation reaches them
 }
 
 func newFakeVM() *fakeVM {
-	return &fakeVM{release: make(chan struct{}), started: make(chan string, 64)}
+	return &fakeVM{release: make(chan struct{}), started: make(chan string, 64), stopping: make(chan string, 64)}
 }
 
 func (v *fakeVM) dial(context.Context) (Runner, error) {
@@ -91,6 +95,8 @@ func (c fakeConn) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire
 		}
 	}
 	if ctx.Err() != nil {
+		v.stopping <- r.RunID
+		time.Sleep(v.cleanup)
 		v.mu.Lock()
 		v.cancelled = append(v.cancelled, r.RunID)
 		v.mu.Unlock()

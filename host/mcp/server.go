@@ -9,7 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync/atomic"
+	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -35,10 +36,23 @@ type Server struct {
 	dial Dialer
 	logf func(format string, args ...any)
 	sdk  *mcp.Server
-	// busy is held by the one call that is running; a second call does
-	// not wait for it (the SDK runs calls concurrently).
-	busy atomic.Bool
+
+	// current is the one call that is running, nil when none is (the SDK
+	// runs calls concurrently; see acquire).
+	mu      sync.Mutex
+	current *activeCall
 }
+
+// activeCall is the call that holds the VM.
+type activeCall struct {
+	ctx  context.Context // done once the client cancelled it (or the session ended)
+	done chan struct{}   // closed when it returned: its box's cleanup is known
+}
+
+// cancelledCallWait bounds how long a call waits for a cancelled call's
+// box to go. Its Run returns within host/client's CancelWait (15 s) of
+// the cancel; this is that and a margin.
+const cancelledCallWait = 20 * time.Second
 
 // NewServer makes a server with the given ceilings. dial reaches the VM;
 // logf (nil for silence) gets one line per run and per session event.
@@ -109,10 +123,11 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	if err != nil {
 		return refused(codeInvalidArguments, "arguments refused: "+err.Error()+". Nothing ran.")
 	}
-	if !s.busy.CompareAndSwap(false, true) {
-		return refused(wire.ErrBusy, "another run_python call is running: this server runs one at a time and queues nothing; call again when it has finished")
+	release, err := s.acquire(ctx)
+	if err != nil {
+		return refused(wire.ErrBusy, err.Error())
 	}
-	defer s.busy.Store(false)
+	defer release()
 	run.RunID = newRunID()
 	if err := run.Check(); err != nil {
 		return refused(codeInvalidArguments, "arguments refused: "+err.Error()+". Nothing ran.")
@@ -208,6 +223,49 @@ func (s *Server) judge(run *wire.Run, res *wire.Result, err error) outcome {
 		o.Result = res
 	}
 	return o
+}
+
+// acquire makes ctx's call the one that runs, or says why it cannot. A
+// call while another runs is refused at once: nothing is queued. But a
+// call after one the client cancelled waits for that one's box to be
+// removed: agents cancel a call on their own timeout and call again
+// straight away, and for them no call is running any more. (The SDK
+// applies a cancel asynchronously, in microseconds: only a call sent on
+// the cancel's heels, before that, still finds the call running.)
+func (s *Server) acquire(ctx context.Context) (release func(), err error) {
+	for {
+		s.mu.Lock()
+		cur := s.current
+		if cur == nil {
+			c := &activeCall{ctx: ctx, done: make(chan struct{})}
+			s.current = c
+			s.mu.Unlock()
+			return func() {
+				s.mu.Lock()
+				s.current = nil
+				s.mu.Unlock()
+				close(c.done)
+			}, nil
+		}
+		s.mu.Unlock()
+		if cur.ctx.Err() == nil {
+			return nil, errors.New("another run_python call is running: this server runs one at a time and queues nothing; call again when it has finished")
+		}
+		select {
+		case <-cur.done:
+		case <-ctx.Done():
+			return nil, errors.New("the call was cancelled while the box of a cancelled call was being removed")
+		case <-time.After(cancelledCallWait):
+			return nil, errors.New("the box of a cancelled call is still being removed: call again shortly")
+		}
+	}
+}
+
+// busy tells whether a call holds the VM.
+func (s *Server) busy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current != nil
 }
 
 func refusedBeforeStart(code string) bool {

@@ -419,7 +419,7 @@ func TestCancelBeforeStart(t *testing.T) {
 	s := startSession(t, DefaultOptions(), vm, testLimits())
 	r := s.raw(true)
 	for i := range 10 {
-		for s.srv.busy.Load() { // the previous call is still winding down
+		for s.srv.busy() { // the previous call is still winding down
 			time.Sleep(time.Millisecond)
 		}
 		io.WriteString(s.in, callLine(100+i, `{"code":"block"}`)+"\n"+
