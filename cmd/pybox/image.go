@@ -53,14 +53,15 @@ func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 func imageBuild(args []string) int {
-	fs := flags("image build", "NAME [--suite SUITE] [--from BASE] [--apt PKG]... [--wheel FILE.whl]... [--add SRC:DEST]...", `
+	fs := flags("image build", "NAME [--suite SUITE] [--from BASE] [--apt PKG]... [--wheel FILE.whl]... [--add SRC:DEST]... [--preload MODULES]", `
 Build an image and put it in the store. A built-in name (stdlib, data)
 builds that image from its recipe, from Debian 13 (trixie: Python 3.13,
 numpy 2, pandas 2, matplotlib 3.10) unless --suite bookworm asks for Debian
 12's (Python 3.11, numpy 1.24, pandas 1.5, matplotlib 3.6). Any other name
 builds your own image on top of --from: Debian packages with --apt,
 pure-Python wheels with --wheel (installed with no network), local files
-with --add. It is built from its base's suite; with --suite it starts from
+with --add; --preload names the modules its warm boxes import ahead of the
+program (the build checks that they import). It is built from its base's suite; with --suite it starts from
 the built-in base of that suite (built in the cache, the stored one stays).
 For example:
 
@@ -76,6 +77,7 @@ or interrupted build (Ctrl-C) stores nothing and says why.`)
 	fs.Var(&apt, "apt", "install a Debian package, e.g. python3-tabulate (repeatable)")
 	fs.Var(&wheels, "wheel", "install a pure-Python wheel file, …-none-any.whl (repeatable)")
 	fs.Var(&adds, "add", "copy a local file or directory into the image: SRC:DEST with DEST absolute, e.g. ./lib:/opt/lib (repeatable)")
+	preload := fs.String("preload", "", "modules a warm box imports before its program arrives, comma-separated (default: the base's list)")
 	noCache := fs.Bool("no-cache", false, "build even when the cache holds this recipe")
 	mirror := fs.String("mirror", image.DefaultMirror, "the Debian archive packages come from (its security archive is this address + \"-security\")")
 	pos, code, err := parse(fs, args)
@@ -96,11 +98,11 @@ or interrupted build (Ctrl-C) stores nothing and says why.`)
 	}
 	var r *image.Recipe
 	if image.IsBuiltIn(name) {
-		if *from != "" || len(apt)+len(wheels)+len(adds) > 0 {
+		if *from != "" || len(apt)+len(wheels)+len(adds) > 0 || *preload != "" {
 			return usageError(fs, "%s is a built-in image: build it with no flags but --suite, or give your own image another name", name)
 		}
 		r, _ = image.BuiltIn(name, *suite)
-	} else if r, err = image.UserRecipe(name, *from, *suite, apt, wheels, adds); err != nil {
+	} else if r, err = image.UserRecipe(name, *from, *suite, apt, wheels, adds, splitList(*preload)); err != nil {
 		return fail("%v", err)
 	}
 	b, err := newBuilder(*mirror, *noCache)

@@ -235,7 +235,7 @@ func TestBuiltInBaseIsBuiltFirst(t *testing.T) {
 	b := testBuilder(t)
 	ran := 0
 	b.steps = fakeSteps(&ran, "")
-	r, err := UserRecipe("tools", "", "", []string{"python3-tabulate"}, nil, nil)
+	r, err := UserRecipe("tools", "", "", []string{"python3-tabulate"}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestBuiltInBaseIsBuiltFirst(t *testing.T) {
 		t.Errorf("tools' base is %+v, want stdlib %s", res.Meta.Base, base.Digest)
 	}
 	// A user image's base must exist: it is never guessed.
-	r2, _ := UserRecipe("more", "tools2", "", nil, nil, nil)
+	r2, _ := UserRecipe("more", "tools2", "", nil, nil, nil, nil)
 	if _, err := b.Build(context.Background(), r2); err == nil || !errors.Is(err, ErrNotBuilt) {
 		t.Errorf("a missing user base: %v", err)
 	}
@@ -287,7 +287,7 @@ func TestSuites(t *testing.T) {
 	if st.Meta.Suite != DefaultSuite {
 		t.Errorf("stdlib is from %q, want %s", st.Meta.Suite, DefaultSuite)
 	}
-	tools, _ := UserRecipe("tools", "stdlib", "", []string{"python3-tabulate"}, nil, nil)
+	tools, _ := UserRecipe("tools", "stdlib", "", []string{"python3-tabulate"}, nil, nil, nil)
 	res, err := b.Build(ctx, tools)
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestSuites(t *testing.T) {
 		t.Errorf("tools is from %q (recipe %q), want its base's %s", res.Meta.Suite, res.Meta.Recipe.Suite, DefaultSuite)
 	}
 
-	old, _ := UserRecipe("old", "stdlib", "bookworm", []string{"python3-tabulate"}, nil, nil)
+	old, _ := UserRecipe("old", "stdlib", "bookworm", []string{"python3-tabulate"}, nil, nil, nil)
 	ran = 0
 	res, err = b.Build(ctx, old)
 	if err != nil {
@@ -318,7 +318,7 @@ func TestSuites(t *testing.T) {
 	}
 
 	// A user's image is not rebuilt for another suite.
-	more, _ := UserRecipe("more", "tools", "bookworm", nil, nil, nil)
+	more, _ := UserRecipe("more", "tools", "bookworm", nil, nil, nil, nil)
 	if _, err := b.Build(ctx, more); err == nil || !strings.Contains(err.Error(), "built from trixie, not bookworm") {
 		t.Errorf("a bookworm image on a trixie user image: %v", err)
 	}
@@ -330,7 +330,7 @@ func TestSuiteBaseNotBuilt(t *testing.T) {
 	b := testBuilder(t)
 	ran := 0
 	b.steps = fakeSteps(&ran, "")
-	old, _ := UserRecipe("old", "stdlib", "bookworm", nil, nil, nil)
+	old, _ := UserRecipe("old", "stdlib", "bookworm", nil, nil, nil, nil)
 	res, err := b.Build(context.Background(), old)
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +357,7 @@ func TestSuiteUnknownBase(t *testing.T) {
 	if err := writeMeta(filepath.Join(Dir(b.Home, "stdlib"), MetaFile), m); err != nil {
 		t.Fatal(err)
 	}
-	tools, _ := UserRecipe("tools", "stdlib", "", nil, nil, nil)
+	tools, _ := UserRecipe("tools", "stdlib", "", nil, nil, nil, nil)
 	if _, err := b.Build(context.Background(), tools); err == nil || !strings.Contains(err.Error(), "pybox image build stdlib") {
 		t.Errorf("a base without a suite: %v", err)
 	}

@@ -50,7 +50,7 @@ func TestBuildRealImages(t *testing.T) {
 	if err := os.WriteFile(marker, []byte(stamp), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := UserRecipe("itest", "stdlib", "", []string{"python3-tabulate"}, []string{wheel}, []string{marker + ":/opt/itest/marker.txt"})
+	r, err := UserRecipe("itest", "stdlib", "", []string{"python3-tabulate"}, []string{wheel}, []string{marker + ":/opt/itest/marker.txt"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

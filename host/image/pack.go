@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -80,7 +81,7 @@ func (bd *build) meta() (*Meta, error) {
 		Main: mainPackages(bd.r, bd.base, installed), AptPackages: bd.r.Apt, Wheels: bd.r.Wheels,
 		BuiltAt: time.Now().UTC().Truncate(time.Second), TreeBytes: bd.size, Builder: BuilderVersion,
 		Recipe: *bd.r, Checks: bd.checks(), Packages: installed,
-		WarmFiles: bd.warmFiles, WarmBytes: bd.warmBytes,
+		WarmFiles: bd.warmFiles, WarmBytes: bd.warmBytes, Preload: slices.Clone(bd.preload()),
 	}
 	if bd.base != nil {
 		m.Base = &BaseRef{Name: bd.base.Name, Digest: bd.base.Digest}

@@ -55,6 +55,10 @@ type Recipe struct {
 	// Warm is Python code whose file reads make the image's warm list
 	// (see WarmList); an image without its own inherits its base's.
 	Warm string `json:"warm,omitempty"`
+	// Preload lists the modules a warm box of the image imports before
+	// its program arrives (PreloadList); an image without its own
+	// inherits its base's.
+	Preload []string `json:"preload,omitempty"`
 	// Main names the packages `pybox image list` shows with their versions.
 	Main   []string `json:"main,omitempty"`
 	Wheels []Wheel  `json:"wheels,omitempty"`
@@ -128,6 +132,17 @@ func BuiltIn(name, suite string) (*Recipe, bool) {
 // IsBuiltIn says whether name is a built-in image.
 func IsBuiltIn(name string) bool { return slices.Contains(BuiltInNames, name) }
 
+// moduleName is what --preload accepts: a dotted Python module name.
+var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// CheckModule checks one --preload name.
+func CheckModule(m string) error {
+	if !moduleName.MatchString(m) || len(m) > 200 {
+		return fmt.Errorf("image: preload module %q: give a module name such as pandas or matplotlib.pyplot", m)
+	}
+	return nil
+}
+
 // aptName is what --apt accepts: a Debian package name, optionally pinned
 // to a version (pkg=1.2-3). Anything else could be an apt option or a
 // pattern, and the name travels through a shell hook.
@@ -169,6 +184,11 @@ func (r *Recipe) Validate() error {
 			return err
 		}
 	}
+	for _, m := range r.Preload {
+		if err := CheckModule(m); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -184,6 +204,7 @@ type keyInput struct {
 	Strip      []string `json:"strip"`
 	Check      []string `json:"check"`
 	Warm       string   `json:"warm"`
+	Preload    []string `json:"preload,omitempty"`
 	Main       []string `json:"main"`
 	Wheels     []Wheel  `json:"wheels"`
 	Adds       []addKey `json:"adds"`
@@ -204,7 +225,7 @@ type addKey struct {
 func (r *Recipe) Key(baseDigest, sourcesSHA256 string) string {
 	in := keyInput{
 		Builder: BuilderVersion, Name: r.Name, BaseDigest: baseDigest, Suite: r.Suite, Sources: sourcesSHA256,
-		Apt: sortedSet(r.Apt), Strip: sortedSet(r.Strip.Packages), Check: r.Check, Warm: r.Warm, Main: r.Main,
+		Apt: sortedSet(r.Apt), Strip: sortedSet(r.Strip.Packages), Check: r.Check, Warm: r.Warm, Preload: r.Preload, Main: r.Main,
 		Wheels: r.Wheels, Epoch: r.SourceDateEpoch,
 	}
 	for _, a := range r.Adds {

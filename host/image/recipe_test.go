@@ -57,7 +57,7 @@ func TestBuiltInRecipes(t *testing.T) {
 
 func TestImageNames(t *testing.T) {
 	for _, bad := range []string{"", "../stdlib", "a/b", "Tools", ".hidden", "-x", "1abc", "tools ", "tools\n", "tööls", strings.Repeat("a", 65)} {
-		if _, err := UserRecipe(bad, "", "", nil, nil, nil); err == nil {
+		if _, err := UserRecipe(bad, "", "", nil, nil, nil, nil); err == nil {
 			t.Errorf("name %q was accepted", bad)
 		}
 	}
@@ -65,20 +65,20 @@ func TestImageNames(t *testing.T) {
 		if bad == "" {
 			continue // empty --from means stdlib
 		}
-		if _, err := UserRecipe("tools", bad, "", nil, nil, nil); err == nil {
+		if _, err := UserRecipe("tools", bad, "", nil, nil, nil, nil); err == nil {
 			t.Errorf("--from %q was accepted", bad)
 		}
 	}
-	if _, err := UserRecipe("tools", "tools", "", nil, nil, nil); err == nil {
+	if _, err := UserRecipe("tools", "tools", "", nil, nil, nil, nil); err == nil {
 		t.Error("an image built from itself was accepted")
 	}
 	for _, name := range BuiltInNames {
-		if _, err := UserRecipe(name, "", "", []string{"python3-tabulate"}, nil, nil); err == nil {
+		if _, err := UserRecipe(name, "", "", []string{"python3-tabulate"}, nil, nil, nil); err == nil {
 			t.Errorf("a user image named %s was accepted", name)
 		}
 	}
 	for _, good := range []string{"tools", "my_tools-2", "x"} {
-		if _, err := UserRecipe(good, "data", "", nil, nil, nil); err != nil {
+		if _, err := UserRecipe(good, "data", "", nil, nil, nil, nil); err != nil {
 			t.Errorf("name %q: %v", good, err)
 		}
 	}
@@ -251,7 +251,7 @@ func TestCheckSuite(t *testing.T) {
 			t.Errorf("%q was accepted", bad)
 		}
 	}
-	if _, err := UserRecipe("tools", "data", "sid", nil, nil, nil); err == nil {
+	if _, err := UserRecipe("tools", "data", "sid", nil, nil, nil, nil); err == nil {
 		t.Error("a user image from sid was accepted")
 	}
 }
@@ -269,5 +269,21 @@ func TestAptCounterFindsFailures(t *testing.T) {
 	}
 	if !slices.Equal(c.notFound, []string{"python3-nosuch"}) || !slices.Equal(c.noKey, []string{"762F67A0B2C39DE4"}) {
 		t.Errorf("not found %v, no key %v", c.notFound, c.noKey)
+	}
+}
+
+func TestPreloadNames(t *testing.T) {
+	if _, err := UserRecipe("tools", "data", "", nil, nil, nil, []string{"pandas", "matplotlib.pyplot", "_csv"}); err != nil {
+		t.Errorf("good names refused: %v", err)
+	}
+	for _, bad := range []string{"", "os; import x", "a..b", "1abc", "a-b", ".x", "x."} {
+		if _, err := UserRecipe("tools", "data", "", nil, nil, nil, []string{bad}); err == nil {
+			t.Errorf("preload %q accepted", bad)
+		}
+	}
+	a, _ := UserRecipe("tools", "data", "", nil, nil, nil, nil)
+	b, _ := UserRecipe("tools", "data", "", nil, nil, nil, []string{"pandas"})
+	if a.Key("d", "s") == b.Key("d", "s") {
+		t.Error("the preload list is not part of the key")
 	}
 }

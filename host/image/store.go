@@ -48,8 +48,10 @@ type Meta struct {
 	// Stripped are the packages removed from this image and its bases.
 	Stripped []string `json:"stripped"`
 	// WarmFiles and WarmBytes size the image's WarmList.
-	WarmFiles int   `json:"warm_files"`
-	WarmBytes int64 `json:"warm_bytes"`
+	WarmFiles int `json:"warm_files"`
+	// Preload is what a warm box of the image imports ahead of its program.
+	Preload   []string `json:"preload"`
+	WarmBytes int64    `json:"warm_bytes"`
 	// Packages is every installed Debian package.
 	Packages []Package `json:"packages"`
 }

@@ -16,14 +16,14 @@ import (
 // SRC:DEST`. An empty suite inherits the base's. It reads the wheels and
 // added files now, so the key covers their content and a wheel that is
 // not pure Python is refused before anything is built.
-func UserRecipe(name, from, suite string, apt, wheels, adds []string) (*Recipe, error) {
+func UserRecipe(name, from, suite string, apt, wheels, adds, preload []string) (*Recipe, error) {
 	if IsBuiltIn(name) {
 		return nil, fmt.Errorf("image: %s is a built-in image (build it with `pybox image build %s` and no flags but --suite): give your image another name", name, name)
 	}
 	if from == "" {
 		from = "stdlib"
 	}
-	r := &Recipe{Name: name, From: from, Suite: suite, Apt: apt}
+	r := &Recipe{Name: name, From: from, Suite: suite, Apt: apt, Preload: preload}
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}

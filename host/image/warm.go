@@ -40,12 +40,25 @@ for p in sorted({os.path.realpath(p) for p in opened}):
         print("WARM " + p)
 `
 
+// PreloadList is the file, inside an image, that names the modules a warm
+// box imports before its program arrives, one a line (guest/box's waiter
+// reads it).
+const PreloadList = "/usr/share/pybox/preload"
+
 // warmCode is the recipe's warm code, else its base's.
 func (bd *build) warmCode() string {
 	if bd.r.Warm != "" || bd.base == nil {
 		return bd.r.Warm
 	}
 	return bd.base.Recipe.Warm
+}
+
+// preload is the recipe's preload list, else its base's.
+func (bd *build) preload() []string {
+	if len(bd.r.Preload) > 0 || bd.base == nil {
+		return bd.r.Preload
+	}
+	return bd.base.Recipe.Preload
 }
 
 // warm writes WarmList. It runs after check, in the same environment (the
@@ -55,6 +68,11 @@ func (bd *build) warm(ctx context.Context) error {
 	code := bd.warmCode()
 	if code == "" {
 		code = "pass"
+	}
+	// The preload list is imported here too, as a warm box will: an
+	// import that fails fails the build, and what it reads is warmed.
+	for _, m := range bd.preload() {
+		code += "\nimport " + m
 	}
 	proc := filepath.Join(bd.tree, "proc")
 	if err := mountProc(proc); err != nil {
@@ -84,5 +102,12 @@ func (bd *build) warm(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(dst, []byte(strings.Join(files, "\n")+"\n"), 0o644)
+	if err := os.WriteFile(dst, []byte(strings.Join(files, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	var list string
+	for _, m := range bd.preload() {
+		list += m + "\n"
+	}
+	return os.WriteFile(filepath.Join(bd.tree, PreloadList), []byte(list), 0o644)
 }

@@ -199,7 +199,7 @@ func TestWheelRefused(t *testing.T) {
 func TestUserRecipeWheel(t *testing.T) {
 	dir := t.TempDir()
 	p := makeWheel(t, dir, helloWheel())
-	r, err := UserRecipe("tools", "", "", []string{"python3-tabulate"}, []string{p}, nil)
+	r, err := UserRecipe("tools", "", "", []string{"python3-tabulate"}, []string{p}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestUserRecipeWheel(t *testing.T) {
 	}
 	bad := helloWheel()
 	bad.file = "hello_pybox-1.0-cp311-cp311-linux_x86_64.whl"
-	if _, err := UserRecipe("tools", "", "", nil, []string{makeWheel(t, dir, bad)}, nil); err == nil {
+	if _, err := UserRecipe("tools", "", "", nil, []string{makeWheel(t, dir, bad)}, nil, nil); err == nil {
 		t.Error("a platform wheel was accepted")
 	}
 }
