@@ -426,7 +426,11 @@ func (rn *run) execute(ctx context.Context) {
 	rn.enter(phaseSetup)
 	// A warm box of the image, if there is one (waiting for it while it
 	// warms, within the setup's allowance); a cold one otherwise.
-	if wb := rn.b.takeWarm(ctx, rn.req.Image, rn.at.begun.Add(wire.SetupAllowance-time.Second)); wb != nil {
+	// A run that names data folders needs a box made for it: box-init
+	// binds them before it seals the box.
+	if len(rn.req.Data) > 0 {
+		rn.rec.Box = &wire.BoxInfo{Fallback: "it names data folders, which are bound into a box as it is made"}
+	} else if wb := rn.b.takeWarm(ctx, rn.req.Image, rn.at.begun.Add(wire.SetupAllowance-time.Second)); wb != nil {
 		if err := rn.handOver(ctx, wb); err != nil {
 			rn.b.logf("box: run %s: the warm box %s could not take the program (%v); a cold box runs it", rn.req.RunID, wb.id, err)
 			rn.b.discard(wb, "the hand-over failed: "+err.Error(), true)
@@ -437,7 +441,9 @@ func (rn *run) execute(ctx context.Context) {
 		}
 	}
 	if rn.warm == nil {
-		rn.rec.Box = &wire.BoxInfo{Fallback: rn.b.coldReason(rn.req.Image)}
+		if rn.rec.Box == nil {
+			rn.rec.Box = &wire.BoxInfo{Fallback: rn.b.coldReason(rn.req.Image)}
+		}
 		if !rn.makeCold(ctx) {
 			return
 		}

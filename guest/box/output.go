@@ -49,6 +49,7 @@ type collector struct {
 	// Counted once over: names not looked at, files not read or hashed
 	// to their end.
 	skipped, unfinished int
+	buf                 []byte // delivery's read buffer
 }
 
 // pending is a listed file whose sha256 the second pass computes.
@@ -364,6 +365,7 @@ func deliverOutput(ctx context.Context, tmp string, d *wire.Deliver, emit emitFu
 	res.notListed += more
 	slices.Sort(names)
 	budget := d.MaxBytes
+	c.buf = make([]byte, wire.MaxOutputChunk) // one buffer for every file
 	for _, name := range names {
 		if c.stop() {
 			note(name, wire.NotReturnedTimeLimit+": not delivered", -1)
@@ -423,7 +425,7 @@ func (c *collector) stream(name string, st unix.Stat_t, emit emitFunc) (string, 
 	}
 	defer f.Close()
 	h := sha256.New()
-	buf := make([]byte, wire.MaxOutputChunk)
+	buf := c.buf[:min(int64(len(c.buf)), st.Size+1)]
 	var off int64
 	for {
 		if c.stop() {
