@@ -686,7 +686,7 @@ var (
 		"output":   "collect /tmp/output",
 		"cleanup":  "read the counters, remove the tmpfs and the cgroup, check they are gone",
 	}
-	rePhases = regexp.MustCompile(`box: run (\S+): ([0-9.]+) ms in all: (.*) \(ms\)`)
+	rePhases = regexp.MustCompile(`box: run (\S+) \((?:warm|cold)\): ([0-9.]+) ms in all: (.*) \(ms\)`)
 )
 
 // boxPhases reads the phase lines of the given runs from the console log.
