@@ -387,6 +387,8 @@ func deliverOutput(ctx context.Context, tmp string, d *wire.Deliver, emit emitFu
 			note(name, wire.NotReturnedName, st.Size)
 		case st.Size > budget:
 			note(name, wire.NotDeliveredOverCap, st.Size)
+		case len(res.delivered) >= wire.MaxDeliveredFiles:
+			note(name, wire.NotDeliveredOverCount, st.Size)
 		default:
 			digest, reason := c.stream(name, st, emit)
 			if reason != "" {

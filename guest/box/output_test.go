@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -340,5 +341,26 @@ func TestDeliverOutput(t *testing.T) {
 	d = deliverOutput(context.Background(), tmp, &wire.Deliver{MaxBytes: 2 << 20}, (&chunks{}).emit, time.Now())
 	if len(d.delivered) != 0 || !strings.Contains(d.overrun, "allowance ran out") {
 		t.Errorf("past the deadline: %+v", d)
+	}
+}
+
+// A run delivers at most wire.MaxDeliveredFiles files, so that their
+// digests fit in the receipt; the rest are counted.
+func TestDeliverOutputFileCap(t *testing.T) {
+	if !strings.Contains(wire.NotDeliveredOverCount, strconv.Itoa(wire.MaxDeliveredFiles)) {
+		t.Fatalf("the reason %q does not name the cap %d", wire.NotDeliveredOverCount, wire.MaxDeliveredFiles)
+	}
+	tmp, out := outputDir(t)
+	extra := 10
+	for i := range wire.MaxDeliveredFiles + extra {
+		write(t, filepath.Join(out, fmt.Sprintf("f%05d", i)), []byte("x"))
+	}
+	var got chunks
+	d := deliverOutput(context.Background(), tmp, &wire.Deliver{MaxBytes: 2 << 20}, got.emit, time.Now().Add(time.Minute))
+	if len(d.delivered) != wire.MaxDeliveredFiles || len(got.files) != wire.MaxDeliveredFiles {
+		t.Errorf("delivered %d, emitted %d; want %d", len(d.delivered), len(got.files), wire.MaxDeliveredFiles)
+	}
+	if len(d.notDelivered) != extra || d.notDelivered[0].Reason != wire.NotDeliveredOverCount || d.notDelivered[0].Name != fmt.Sprintf("f%05d", wire.MaxDeliveredFiles) {
+		t.Errorf("not delivered %+v", d.notDelivered)
 	}
 }

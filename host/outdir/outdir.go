@@ -53,6 +53,7 @@ type Dir struct {
 	files   map[string]*incoming
 	order   []string
 	notes   []string
+	excess  int // parts of files past wire.MaxDeliveredFiles, dropped
 }
 
 // incoming is a file being written.
@@ -80,8 +81,9 @@ func (d *Dir) Path() string { return d.path }
 func (d *Dir) Chunk(c *wire.OutputChunk) {
 	in := d.files[c.Name]
 	if in == nil {
-		if len(d.files) >= 4*wire.DefaultTmpInodes {
-			return // more names than a run's /tmp holds: a confused guest
+		if len(d.files) >= wire.MaxDeliveredFiles {
+			d.excess++ // more files than a guest that works sends
+			return
 		}
 		in = d.open(c.Name)
 		d.files[c.Name] = in
@@ -195,6 +197,9 @@ func (d *Dir) Finish(delivered []wire.FileDigest) ([]Saved, []string) {
 		if d.files[f.Name] == nil {
 			d.notes = append(d.notes, fmt.Sprintf("not written: %s: the receipt lists it, but it never came", wire.EscapeName(f.Name)))
 		}
+	}
+	if d.excess > 0 {
+		d.notes = append(d.notes, fmt.Sprintf("not written: %d parts of files past the first %d, more than a run delivers", d.excess, wire.MaxDeliveredFiles))
 	}
 	if d.root != nil {
 		d.root.Close()

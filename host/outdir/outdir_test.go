@@ -3,6 +3,7 @@ package outdir
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -128,5 +129,25 @@ func TestBoundsAndOrder(t *testing.T) {
 	}
 	if got := names(t, filepath.Join(parent, "r")); !slices.Equal(got, []string{"fine"}) {
 		t.Errorf("the run's directory holds %q", got)
+	}
+}
+
+// A guest that sends more files than a run delivers gets the first
+// wire.MaxDeliveredFiles written, and a note for the rest.
+func TestFileCap(t *testing.T) {
+	parent := t.TempDir()
+	d := New(parent, "r", Options{})
+	var listed []wire.FileDigest
+	for i := range wire.MaxDeliveredFiles + 3 {
+		name := fmt.Sprintf("f%05d", i)
+		d.Chunk(&wire.OutputChunk{Name: name, Data: []byte("x")})
+		listed = append(listed, digest(name, []byte("x")))
+	}
+	saved, notes := d.Finish(listed)
+	if len(saved) != wire.MaxDeliveredFiles || len(names(t, filepath.Join(parent, "r"))) != wire.MaxDeliveredFiles {
+		t.Errorf("saved %d files", len(saved))
+	}
+	if joined := strings.Join(notes, "\n"); !strings.Contains(joined, "not written: 3 parts of files past the first 1024") {
+		t.Errorf("notes %q", notes)
 	}
 }

@@ -38,6 +38,8 @@ const (
 	NotReturnedTimeLimit = "time limit"
 	// NotDeliveredOverCap: a file past the run's delivery bound.
 	NotDeliveredOverCap = "over the output folder's bound for one run"
+	// NotDeliveredOverCount: a file past the first MaxDeliveredFiles.
+	NotDeliveredOverCount = "over the 1024-file delivery cap"
 )
 
 // Result is the guest's answer to a run: the receipt, and the content of

@@ -26,6 +26,7 @@ const (
 	MaxFileNameBytes      = 255
 	MaxDataFolders        = 8         // data folders one run may name
 	MaxOutputChunk        = 512 << 10 // bytes of a delivered file in one output message
+	MaxDeliveredFiles     = 1024      // files one run streams to the output folder (their digests fit a receipt)
 	DefaultMemoryBytes    = 512 << 20
 	DefaultPidsMax        = 128
 	DefaultTmpBytes       = 64 << 20
