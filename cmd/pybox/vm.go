@@ -110,7 +110,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
-	kernel := fs.String("kernel", "", "guest kernel (default: $PYBOX_KERNEL, else ../lib/pybox/ARCH/ beside this pybox's real path, else ../build/ARCH/; `pybox version` shows which)")
+	kernel := fs.String("kernel", "", "guest kernel `FILE` (default: $PYBOX_KERNEL, else ../lib/pybox/ARCH/ beside this pybox's real path, else ../build/ARCH/; pybox version shows which)")
 	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else as for --kernel)")
 	images := fs.String("images", "", "images to attach, by name from the image store (comma-separated; default: the built-in images that are built)")
 	var files imageFiles
@@ -119,7 +119,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
 	warm := fs.Int("warm", 1, "warm boxes: 1 keeps a box ready for each image, its python3 started and its preload imported; 0 starts every run cold")
 	var data dataFolders
-	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (NAME=DIR, repeatable); `pybox mcp --data` says which an agent may use")
+	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (`NAME=DIR`, repeatable); pybox mcp --data says which an agent may use")
 	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
 	foreground := fs.Bool("foreground", false, "stay until the VM is gone, for a service manager (see above)")
 	if pos, code, err := parse(fs, args); err != nil {
