@@ -148,6 +148,12 @@ func (b *Box) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk)
 		}
 		b.logf("box: run %s (%s): %s", r.RunID, how, rn.at.phases(rn.startedAt(), rn.exitedAt))
 	}
+	// A cold run found its image without a warm box (none was ready, or
+	// the last one failed): the next run's starts warming now, its slot
+	// free again, unless the image has failed too often.
+	if rn.warm == nil {
+		b.replenish(r.Image)
+	}
 	return rn.result()
 }
 
