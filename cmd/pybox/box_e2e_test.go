@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -814,9 +815,14 @@ print("RESULT made", len(os.listdir("/tmp/output")))
 				break
 			}
 		}
-		// --out takes every file whole, as many as its allowance streams.
-		if ents, _ := os.ReadDir(filepath.Join(out, rc.RunID)); len(ents) != len(o.Delivered) || len(ents) < wire.MaxReturnedFiles {
-			t.Errorf("--out holds %d files; the receipt lists %d delivered", len(ents), len(o.Delivered))
+		// --out takes every file whole, up to the delivery cap: the rest
+		// are counted, the first 16 listed.
+		if ents, _ := os.ReadDir(filepath.Join(out, rc.RunID)); len(ents) != len(o.Delivered) || len(ents) != wire.MaxDeliveredFiles {
+			t.Errorf("--out holds %d files; the receipt lists %d delivered; want %d", len(ents), len(o.Delivered), wire.MaxDeliveredFiles)
+		}
+		if len(o.NotDelivered) != wire.MaxListedNotReturned || o.NotDelivered[0].Reason != wire.NotDeliveredOverCount ||
+			len(o.Delivered)+len(o.NotDelivered)+o.NotDeliveredUnlisted != 10000 {
+			t.Errorf("not delivered: %d listed (first %+v), %d unlisted", len(o.NotDelivered), o.NotDelivered[:min(1, len(o.NotDelivered))], o.NotDeliveredUnlisted)
 		}
 		t.Logf("collected in %v beyond the program's %d ms", r.elapsed-time.Duration(rc.WallMS)*time.Millisecond, rc.WallMS)
 	})
@@ -893,15 +899,24 @@ open(o + "ok.txt", "w").write("ok")
 		if ents, _ := os.ReadDir(out); len(ents) != 1 || ents[0].Name() != rc.RunID {
 			t.Errorf("--out holds %v, want the run's directory %s only", ents, rc.RunID)
 		}
-		ents, _ := os.ReadDir(filepath.Join(out, rc.RunID))
-		if len(ents) != len(returned) {
-			t.Errorf("--out holds %d entries, want %d", len(ents), len(returned))
+		// --out takes every regular file with a plain name whole, those
+		// too big or too many to return among them.
+		saved := maps.Clone(returned)
+		for i := 4; i < 7; i++ {
+			saved[fmt.Sprintf("small%02d.txt", i)] = strings.Repeat(strconv.Itoa(i), 10000)
 		}
-		for name, content := range returned {
+		ents, _ := os.ReadDir(filepath.Join(out, rc.RunID))
+		if len(ents) != len(saved)+1 || len(rc.Output.Delivered) != len(saved)+1 {
+			t.Errorf("--out holds %d entries, the receipt lists %d delivered; want %d", len(ents), len(rc.Output.Delivered), len(saved)+1)
+		}
+		for name, content := range saved {
 			b, err := os.ReadFile(filepath.Join(out, rc.RunID, name))
 			if err != nil || string(b) != content {
 				t.Errorf("--out %s: %v, %d bytes", name, err, len(b))
 			}
+		}
+		if b, err := os.ReadFile(filepath.Join(out, rc.RunID, "big.bin")); err != nil || sha256hex(b) != got["big-sha256"] {
+			t.Errorf("--out big.bin: %v, %d bytes", err, len(b))
 		}
 		if len(rc.InputFiles) != 1 || rc.InputFiles[0].Name != "in.txt" || rc.InputFiles[0].SHA256 != sha256hex([]byte("input\n")) {
 			t.Errorf("input files %+v", rc.InputFiles)

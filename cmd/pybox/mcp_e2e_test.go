@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -228,6 +229,10 @@ type mcpExecution struct {
 	Memory struct {
 		Reading string `json:"reading"`
 	} `json:"memory"`
+	Box struct {
+		Warm      bool     `json:"warm"`
+		Preloaded []string `json:"preloaded"`
+	} `json:"box"`
 	Capture struct {
 		Stdout string `json:"stdout"`
 		Stderr string `json:"stderr"`
@@ -677,11 +682,32 @@ func TestMCPWithVM(t *testing.T) {
 		needImage(t, e, "data")
 		cs, stderr := e.goClient(t, opts...)
 		// Under TCG a cold first import of pandas and pyplot can take most of
-		// the 30 s ceiling: read the image once first (its result does not
-		// matter, its cleanup does).
-		warm := goCall(t, cs, map[string]any{"code": "import pandas, matplotlib.pyplot, PIL.Image", "image": "data", "timeout_s": 30})
-		if warm.Execution.Cleanup.Status != "REMOVED" {
-			t.Fatalf("warm-up: %s", warm.Text)
+		// the 30 s ceiling: read the image once first. Two such calls,
+		// each in a warm box that imported numpy ahead, draw different
+		// numbers from numpy's global RandomState and a new Generator:
+		// each box is its own python3, not a fork of one template.
+		draws := map[string]bool{}
+		for i := range 2 {
+			// As an agent thinks between calls: the next warm box has
+			// its preload imported (under TCG that takes longer than a
+			// call waits for it).
+			waitWarmReady(t, e.home, "data")
+			warm := goCall(t, cs, map[string]any{"code": "import pandas, matplotlib.pyplot, PIL.Image, numpy\nprint(numpy.random.random(), numpy.random.default_rng().random())", "image": "data", "timeout_s": 30})
+			if warm.Execution.Cleanup.Status != "REMOVED" || warm.Execution.Status != "ok" {
+				t.Fatalf("warm-up: %s", warm.Text)
+			}
+			if !warm.Execution.Box.Warm || !slices.Contains(warm.Execution.Box.Preloaded, "numpy") {
+				t.Errorf("call %d: box %+v", i, warm.Execution.Box)
+			}
+			for _, v := range strings.Fields(warm.Execution.Capture.Stdout) {
+				if draws[v] {
+					t.Errorf("call %d drew %s again", i, v)
+				}
+				draws[v] = true
+			}
+		}
+		if len(draws) != 4 {
+			t.Errorf("draws %v", draws)
 		}
 		// One run for every picture check, since each data run costs
 		// seconds: a matplotlib chart; a JPEG and a WebP written by Pillow

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"pybox/shared/wire"
 )
@@ -180,8 +181,9 @@ func TestWarmEquivalence(t *testing.T) {
 }
 
 // Values that a box made by forking one template would repeat differ
-// from run to run; nothing of a run, nor of the warm box waiting next,
-// is visible to the next run.
+// from run to run; nothing of a run (a file in /tmp or /dev/shm, an
+// abstract socket, a process), nor of the warm box waiting next, is
+// visible to the next run.
 func TestWarmFreshness(t *testing.T) {
 	e := boxVM(t)
 	const probe = `
@@ -193,6 +195,32 @@ print("uuid", uuid.uuid4())
 print("addr", ctypes.addressof(ctypes.create_string_buffer(16)))
 print("urandom", os.urandom(8).hex())
 print("pids", sorted(p for p in os.listdir("/proc") if p.isdigit()) == sorted(["1", str(os.getpid())]))
+# What an earlier run left, or a later one could find: shared memory,
+# abstract sockets, SysV IPC, files in /tmp.
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as e:
+        return e.strerror
+def ipc(kind):
+    try:
+        return len(open("/proc/sysvipc/" + kind).readlines()) - 1
+    except OSError:
+        return 0
+abstract = [f[-1] for f in (l.split() for l in open("/proc/net/unix").readlines()[1:]) if len(f) > 7 and f[-1].startswith("@")]
+shm = listing("/dev/shm") if os.path.isdir("/dev/shm") else []
+tmp = [n for n in listing("/tmp") if n != ".config"]  # the box's matplotlib config
+found = [shm, abstract, ipc("shm"), ipc("msg"), ipc("sem"), tmp]
+print("found", "nothing" if found == [[], [], 0, 0, 0, ["input", "output"]] else found)
+import socket
+try:
+    open("/dev/shm/pybox-left", "w").write("left")
+except OSError:
+    pass
+open("/tmp/pybox-left", "w").write("left")
+left = socket.socket(socket.AF_UNIX)
+left.bind("\0pybox-left")
+left.listen()
 `
 	seen := map[string]map[string]bool{}
 	line := regexp.MustCompile(`(?m)^(\w+) (.*)$`)
@@ -205,6 +233,12 @@ print("pids", sorted(p for p in os.listdir("/proc") if p.isdigit()) == sorted(["
 			if m[1] == "pids" {
 				if m[2] != "True" {
 					t.Errorf("run %d sees processes besides box-init and itself", i)
+				}
+				continue
+			}
+			if m[1] == "found" {
+				if m[2] != "nothing" {
+					t.Errorf("run %d found [/dev/shm, abstract sockets, SysV shm, msg, sem, /tmp] %s", i, m[2])
 				}
 				continue
 			}
@@ -223,9 +257,8 @@ print("pids", sorted(p for p in os.listdir("/proc") if p.isdigit()) == sorted(["
 	expectClean(t, e)
 }
 
-// A warm box discarded while it waits (as one that died would be) is
-// replaced at once; a call that comes while the next one warms waits for
-// it, and runs warm.
+// A warm box discarded or killed while it waits is replaced at once; a
+// call that comes while the next one warms waits for it, and runs warm.
 func TestWarmReplaced(t *testing.T) {
 	e := boxVM(t)
 	if got := agentConsole(t, e.home, "warm discard stdlib"); !strings.Contains(got, "discarded stdlib's warm box") {
@@ -243,5 +276,90 @@ func TestWarmReplaced(t *testing.T) {
 	if log := agentConsole(t, e.home, "log"); !strings.Contains(log, "discarded: discarded from the console") {
 		t.Errorf("the log does not say the box was discarded:\n%s", log)
 	}
+
+	// A waiting box killed as the OOM killer would kill it: the agent
+	// notices, says why, and the next call runs in the box warmed after.
+	if got := agentConsole(t, e.home, "warm kill stdlib"); !strings.Contains(got, "killed stdlib's warm box") {
+		t.Fatalf("the console said %q", got)
+	}
+	noticed := false
+	for deadline := time.Now().Add(10 * time.Second); !noticed && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		noticed = strings.Contains(agentConsole(t, e.home, "log"), "the warm box ended while it waited (killed by SIGKILL)")
+	}
+	if !noticed {
+		t.Fatalf("the agent did not notice the killed box:\n%s", agentConsole(t, e.home, "log"))
+	}
+	rc = expectEnd(t, runPy(t, e, `print("after the kill")`, "--timeout", "10"), wire.StatusOK)
+	if rc.Box == nil || !rc.Box.Warm || rc.Capture.StdoutText != "after the kill\n" {
+		t.Errorf("the call after the kill ran %+v: %q", rc.Box, rc.Capture.StdoutText)
+	}
 	expectClean(t, e)
+}
+
+// An image whose preload imports at build time (as root, in the build's
+// chroot) but fails in a box (as the box's unprivileged user) runs its
+// programs in cold boxes that say why; after three failures in a row it
+// stops trying until the VM restarts, and other images stay warm.
+func TestWarmPreloadFails(t *testing.T) {
+	e := newVMEnv(t)
+	linkImages(t, e, "stdlib")
+	mod := filepath.Join(t.TempDir(), "pybox_rootonly.py")
+	src := "import os\nif os.getuid() != 0:\n    raise ImportError('this module imports only as root')\n"
+	if err := os.WriteFile(mod, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := e.pybox("image", "build", "rootonly", "--from", "stdlib",
+		"--add", mod+":/usr/lib/python3/dist-packages/pybox_rootonly.py", "--preload", "json,pybox_rootonly")
+	if code != 0 {
+		t.Fatalf("image build: exit %d\n%s\n%s", code, out, errOut)
+	}
+	e.mustStart("--images", "stdlib,rootonly", "--memory", "1024")
+
+	const probe = "import sys\nprint(sorted(m for m in ('json', 'pybox_rootonly') if m in sys.modules))\n"
+	for i := range 4 {
+		rc := runPy(t, e, probe, "--image", "rootonly", "--timeout", "10").receipt(t)
+		if rc.Status != wire.StatusOK || rc.Cleanup.Status != wire.CleanupRemoved || rc.Image.Name != "rootonly" {
+			t.Errorf("run %d: status %s (%s), cleanup %+v, image %+v", i, rc.Status, rc.Reason, rc.Cleanup, rc.Image)
+		}
+		if rc.Capture.StdoutText != "[]\n" {
+			t.Errorf("run %d: stdout %q: a cold box imports nothing ahead", i, rc.Capture.StdoutText)
+		}
+		if rc.Box == nil || rc.Box.Warm || !strings.Contains(rc.Box.Fallback, "the preload failed: pybox_rootonly: ImportError: this module imports only as root") {
+			t.Fatalf("run %d: box %+v", i, rc.Box)
+		}
+		if rc.Memory.PreloadBytes != 0 || rc.Memory.LimitBytes != 512<<20 {
+			t.Errorf("run %d: memory %+v", i, rc.Memory)
+		}
+		t.Logf("run %d: %s", i, rc.Box.Fallback)
+		if i == 3 && !strings.Contains(rc.Box.Fallback, "runs cold until the VM restarts") {
+			t.Errorf("after three failures: %q", rc.Box.Fallback)
+		}
+	}
+	if log := agentConsole(t, e.home, "log"); strings.Count(log, "the preload failed: pybox_rootonly") != 3 {
+		t.Errorf("the agent tried the warm box other than three times:\n%s", log)
+	}
+	rc := expectEnd(t, runPy(t, e, `print("stdlib")`, "--timeout", "10"), wire.StatusOK)
+	if rc.Box == nil || !rc.Box.Warm {
+		t.Errorf("stdlib ran %+v", rc.Box)
+	}
+	if out, _, _ := e.pybox("vm", "status"); !strings.Contains(out, "runs cold until the VM restarts") {
+		t.Errorf("vm status:\n%s", out)
+	}
+	expectClean(t, e)
+}
+
+// waitWarmReady waits until image's warm box is ready.
+func waitWarmReady(t testing.TB, home, image string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		status := agentConsole(t, home, "warm")
+		if strings.Contains(status, image+": ready") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's warm box was not ready within 2 minutes: %q", image, status)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }

@@ -35,32 +35,41 @@ var commands = []command{
 	{name: "runs", help: "the current run and the last finished ones", do: (*Agent).cmdRuns},
 	{name: "last", help: "the last receipt, as JSON", do: (*Agent).cmdLast},
 	{name: "log", help: "the agent's recent log lines", do: (*Agent).cmdLog},
-	{name: "warm", help: "each image's warm box; `warm discard IMAGE` discards the one waiting, and the next starts warming", withArgs: (*Agent).cmdWarm},
+	{name: "warm", help: "each image's warm box; `warm discard IMAGE` discards the one waiting, and the next starts warming; `warm kill IMAGE` kills it as the OOM killer would", withArgs: (*Agent).cmdWarm},
 }
 
-// discarder is a Runner whose warm boxes can be discarded by hand.
-type discarder interface{ DiscardWarm(image string) error }
+// warmKeeper is a Runner whose warm boxes can be discarded or killed by
+// hand.
+type warmKeeper interface {
+	DiscardWarm(image string) error
+	KillWarm(image string) error
+}
 
 func (a *Agent) cmdWarm(w io.Writer, args []string) {
-	switch {
-	case len(args) == 0:
+	if len(args) == 0 {
 		for _, wb := range a.cfg.Runner.Warm() {
 			fmt.Fprintf(w, "%s: %s\n", wb.Image, describeWarm(wb))
 		}
-	case len(args) == 2 && args[0] == "discard":
-		d, ok := a.cfg.Runner.(discarder)
-		if !ok {
-			fmt.Fprintln(w, "this agent's runner keeps no warm boxes")
-			return
-		}
-		if err := d.DiscardWarm(args[1]); err != nil {
-			fmt.Fprintln(w, err)
-			return
-		}
-		fmt.Fprintf(w, "discarded %s's warm box\n", args[1])
-	default:
-		fmt.Fprintln(w, "usage: warm [discard IMAGE]")
+		return
 	}
+	if len(args) != 2 || args[0] != "discard" && args[0] != "kill" {
+		fmt.Fprintln(w, "usage: warm [discard IMAGE | kill IMAGE]")
+		return
+	}
+	k, ok := a.cfg.Runner.(warmKeeper)
+	if !ok {
+		fmt.Fprintln(w, "this agent's runner keeps no warm boxes")
+		return
+	}
+	do, done := k.DiscardWarm, "discarded"
+	if args[0] == "kill" {
+		do, done = k.KillWarm, "killed"
+	}
+	if err := do(args[1]); err != nil {
+		fmt.Fprintln(w, err)
+		return
+	}
+	fmt.Fprintf(w, "%s %s's warm box\n", done, args[1])
 }
 
 // Console runs the prompt on the serial console: a line in, a plain text

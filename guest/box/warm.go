@@ -508,3 +508,24 @@ func describeStatus(ws unix.WaitStatus) string {
 	}
 	return fmt.Sprintf("status %#x", uint32(ws))
 }
+
+// KillWarm kills image's waiting warm box with SIGKILL, as the OOM
+// killer would (for the console, to see the agent notice a box that
+// died): the agent discards it, counts it as a failure, and warms the
+// next.
+func (b *Box) KillWarm(image string) error {
+	b.mu.Lock()
+	wb := b.warm.boxes[image]
+	b.mu.Unlock()
+	if wb == nil {
+		return fmt.Errorf("image %q has no warm box", image)
+	}
+	<-wb.done
+	b.mu.Lock()
+	mine := b.warm.boxes[image] == wb && wb.err == nil
+	b.mu.Unlock()
+	if !mine {
+		return fmt.Errorf("image %q's warm box is gone already", image)
+	}
+	return wb.cg.kill()
+}

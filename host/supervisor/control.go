@@ -246,7 +246,17 @@ func GetStatus(home string) (*Status, error) {
 		defer lock.Close()
 		return &Status{Cleaned: cleanup(d, nil), Note: lastExitNote(d)}, nil
 	}
+	// A supervisor holds the lock but no state: it is starting (the
+	// state comes soon) or ending (its state is gone, the lock goes
+	// next, as when QEMU was killed from outside). Wait a moment to tell.
 	st, err := ReadState(d)
+	for deadline := time.Now().Add(3 * time.Second); (err != nil || st == nil) && time.Now().Before(deadline); st, err = ReadState(d) {
+		time.Sleep(50 * time.Millisecond)
+		if lock, free, _ := tryLock(d.Lock()); free {
+			defer lock.Close()
+			return &Status{Cleaned: cleanup(d, nil), Note: lastExitNote(d)}, nil
+		}
+	}
 	if err != nil || st == nil {
 		return &Status{Running: true, Phase: PhaseBooting, Note: "the supervisor is starting"}, nil
 	}
