@@ -436,14 +436,10 @@ func (rn *run) execute(ctx context.Context) {
 	// binds them before it seals the box.
 	if len(rn.req.Data) > 0 {
 		rn.rec.Box = &wire.BoxInfo{Fallback: "it names data folders, which are bound into a box as it is made"}
-	} else if wb := rn.b.takeWarm(ctx, rn.req.Image, rn.at.begun.Add(wire.SetupAllowance-time.Second)); wb != nil {
-		if err := rn.handOver(ctx, wb); err != nil {
-			rn.b.logf("box: run %s: the warm box %s could not take the program (%v); a cold box runs it", rn.req.RunID, wb.id, err)
-			rn.b.discard(wb, "the hand-over failed: "+err.Error(), true)
-			rn.mu.Lock()
-			rn.warm, rn.cg, rn.st, rn.proc, rn.slot, rn.boxID = nil, nil, nil, nil, -1, rn.req.RunID
-			rn.mu.Unlock()
-			rn.rec.Memory, rn.rec.Box, rn.cpu0 = wire.Memory{LimitBytes: memoryMax, Reading: readingNone}, nil, cgroupStats{}
+	} else {
+		by := rn.at.begun.Add(wire.SetupAllowance - time.Second)
+		if wb := rn.b.takeWarm(ctx, rn.req.Image, by); wb != nil {
+			rn.takeOver(ctx, wb, by)
 		}
 	}
 	if rn.warm == nil {
@@ -467,6 +463,23 @@ func (rn *run) execute(ctx context.Context) {
 	}
 	rn.at.collected = time.Now()
 	rn.measure()
+}
+
+// takeOver hands the program to wb; if that fails, before anything of
+// the program ran, the box is discarded and the run is left to make a
+// cold one, its receipt saying why.
+func (rn *run) takeOver(ctx context.Context, wb *warmBox, by time.Time) {
+	err := rn.handOver(ctx, wb, by)
+	if err == nil {
+		return
+	}
+	rn.b.logf("box: run %s: the warm box %s could not take the program (%v); a cold box runs it", rn.req.RunID, wb.id, err)
+	rn.b.discard(wb, "the hand-over failed: "+err.Error(), true) // unless its warming failed, and discarded it
+	rn.mu.Lock()
+	rn.warm, rn.cg, rn.st, rn.proc, rn.slot, rn.boxID = nil, nil, nil, nil, -1, rn.req.RunID
+	rn.mu.Unlock()
+	rn.rec.Memory, rn.cpu0 = wire.Memory{LimitBytes: memoryMax, Reading: readingNone}, cgroupStats{}
+	rn.rec.Box = &wire.BoxInfo{Fallback: "the warm box could not take the program: " + err.Error()}
 }
 
 // makeCold makes a box for the run alone: its cgroup, its /tmp with the

@@ -1,6 +1,7 @@
 # The waiter: what a warm box's python3 runs (as `python3 -I -B -c WAITER`)
-# before its program arrives. It imports the image's preload list, says it
-# is ready, takes the program and its stdout and stderr from the agent over
+# before its program arrives. It imports the image's preload list (up to
+# the next module, when the program comes before the list is done), says
+# it is ready, takes the program and its stdout and stderr from the agent over
 # fd 0 (a unix seqpacket socket, the only channel there is), reports its
 # descriptors, replaces fd 0 with /dev/null on the agent's "go", and runs
 # the program as `python3 -I -B -c CODE` would: in a fresh __main__, with
@@ -28,6 +29,13 @@ def _pybox_wait():
     except FileNotFoundError:
         wanted = []
     for name in wanted:
+        # A program that came while the preload goes on is not kept
+        # waiting for the rest: it runs with what is imported so far.
+        try:
+            ctl.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+            break
+        except BlockingIOError:
+            pass
         try:
             __import__(name)
         except BaseException as e:

@@ -27,7 +27,9 @@ import (
 // python3, never a fork of another: its hash secret, address layout and
 // random states are its own. The agent keeps one for each image; when a
 // run takes it, the next one starts warming at once, at a tenth of a
-// run's CPU weight.
+// run's CPU weight. A run that comes while its box still warms takes it
+// as it is: the waiter looks for a program before each module of the
+// list, so the run waits at most for the import in progress.
 //
 // The waiting interpreter's only channel is its fd 0, one end of a unix
 // seqpacket socket whose other end the agent holds: the agent sends the
@@ -66,9 +68,11 @@ type warmBox struct {
 	spawned   time.Time
 	readyAt   time.Time
 	preloaded []string
+	made      chan struct{} // closed once the box exists (box-init spawned) or has failed
 	done      chan struct{} // closed once it is ready or has failed
 	taken     chan struct{} // closed when a run takes it
-	err       error         // why it failed; set before done closes
+	err       error         // why it failed; set before made or done closes
+	discarded bool          // under Box.mu: discard ran
 }
 
 // pool is the Box's warm boxes, under Box.mu.
@@ -114,7 +118,7 @@ func (b *Box) replenish(image string) {
 	}
 	p.seq++
 	wb := &warmBox{id: fmt.Sprintf("warm-%s-%d", image, p.seq), image: image, slot: slot,
-		done: make(chan struct{}), taken: make(chan struct{})}
+		made: make(chan struct{}), done: make(chan struct{}), taken: make(chan struct{})}
 	p.boxes[image] = wb
 	go b.warmUp(wb)
 }
@@ -124,17 +128,27 @@ func (b *Box) warmUp(wb *warmBox) {
 	wb.spawned = time.Now()
 	err := b.makeWarm(wb)
 	if err == nil {
+		close(wb.made)
 		err = wb.awaitReady()
 	}
 	if err != nil {
 		wb.err = err
 		b.discard(wb, err.Error(), true)
+		select {
+		case <-wb.made:
+		default:
+			close(wb.made)
+		}
 		close(wb.done)
 		return
 	}
 	wb.readyAt = time.Now()
-	for _, pid := range wb.cg.procs() {
-		os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(waitingOOMScore), 0)
+	select {
+	case <-wb.taken: // a run has it, and waits
+	default:
+		for _, pid := range wb.cg.procs() {
+			os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(waitingOOMScore), 0)
+		}
 	}
 	b.mu.Lock()
 	delete(b.warm.failures, wb.image)
@@ -242,9 +256,10 @@ func (b *Box) watchWarm(wb *warmBox) {
 	}
 }
 
-// takeWarm takes image's warm box for a run, waiting for one that warms
-// until by (or ctx's end). It returns nil when there is none to take: the
-// run then makes a cold box, and the receipt's box says why.
+// takeWarm takes image's warm box for a run, ready or still warming once
+// its box exists (waiting for that until by, or ctx's end). It returns
+// nil when there is none to take: the run then makes a cold box, and the
+// receipt's box says why.
 func (b *Box) takeWarm(ctx context.Context, image string, by time.Time) *warmBox {
 	b.mu.Lock()
 	wb := b.warm.boxes[image]
@@ -255,7 +270,7 @@ func (b *Box) takeWarm(ctx context.Context, image string, by time.Time) *warmBox
 	t := time.NewTimer(time.Until(by))
 	defer t.Stop()
 	select {
-	case <-wb.done:
+	case <-wb.made:
 	case <-ctx.Done():
 		return nil
 	case <-t.C:
@@ -263,7 +278,7 @@ func (b *Box) takeWarm(ctx context.Context, image string, by time.Time) *warmBox
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.warm.boxes[image] != wb || wb.err != nil {
+	if b.warm.boxes[image] != wb || wb.discarded {
 		return nil
 	}
 	delete(b.warm.boxes, image)
@@ -282,7 +297,7 @@ func (b *Box) coldReason(image string) string {
 	case p.why[image] != "":
 		return p.why[image]
 	case p.boxes[image] != nil:
-		return "the warm box was not ready within the setup's allowance"
+		return "the warm box was not made within the setup's allowance"
 	}
 	return "no warm box was ready"
 }
@@ -291,6 +306,11 @@ func (b *Box) coldReason(image string) string {
 // wanted), and notes why for the image's cold runs.
 func (b *Box) discard(wb *warmBox, why string, failed bool) {
 	b.mu.Lock()
+	if wb.discarded {
+		b.mu.Unlock()
+		return
+	}
+	wb.discarded = true
 	if b.warm.boxes[wb.image] == wb {
 		delete(b.warm.boxes, wb.image)
 	}
@@ -323,11 +343,13 @@ func (b *Box) discard(wb *warmBox, why string, failed bool) {
 }
 
 // handOver gives wb the run's program: its input files, fresh stdout and
-// stderr pipes, the code; checks what the waiter holds; restores the
-// box's CPU weight, raises its memory limit by what the preload holds,
-// and tells the waiter to go. Until "go", nothing of the program has run:
-// an error leaves the run free to make a cold box.
-func (rn *run) handOver(ctx context.Context, wb *warmBox) error {
+// stderr pipes, the code. A box still warming gets the program at once,
+// a run's CPU weight, and until by to stop its preload at the next
+// module. Then it checks what the waiter holds, raises the box's memory
+// limit by what the preload holds, and tells the waiter to go. Until
+// "go", nothing of the program has run: an error leaves the run free to
+// make a cold box.
+func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err error) {
 	rn.mu.Lock()
 	rn.warm, rn.boxID, rn.slot = wb, wb.id, wb.slot
 	rn.mu.Unlock()
@@ -337,12 +359,8 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox) error {
 		return err
 	}
 	rn.at.staged = time.Now()
-	// The preload's pipes are done with: a program's output starts empty.
-	for name, c := range map[string]*capture{"stdout": rn.proc.stdout, "stderr": rn.proc.stderr} {
-		c.finish(0)
-		if st, _ := c.stream(); st.Bytes > 0 {
-			rn.b.logf("box: warm box %s: the preload printed %d bytes on %s (not the program's)", wb.id, st.Bytes, name)
-		}
+	if err := rn.cg.set("cpu.weight", strconv.Itoa(cpuWeightRun)); err != nil {
+		return fmt.Errorf("cpu.weight: %w", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -355,8 +373,13 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox) error {
 		return err
 	}
 	defer errW.Close()
-	rn.proc.stdout = startCapture(outR, rn.req.MaxOutputBytes)
-	rn.proc.stderr = startCapture(errR, rn.req.MaxOutputBytes)
+	out, errOut := startCapture(outR, rn.req.MaxOutputBytes), startCapture(errR, rn.req.MaxOutputBytes)
+	defer func() {
+		if err != nil { // the program's pipes were never the box's
+			out.finish(0)
+			errOut.finish(0)
+		}
+	}()
 	rights := unix.UnixRights(int(outW.Fd()), int(errW.Fd()))
 	conn, err := wb.ctl.SyscallConn()
 	if err != nil {
@@ -370,6 +393,27 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox) error {
 	}); err != nil || serr != nil {
 		return fmt.Errorf("sending the program: %v", errors.Join(err, serr))
 	}
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-wb.done:
+	case <-ctx.Done():
+		return errors.New("the run was cancelled")
+	case <-t.C:
+		return errors.New("the warm box did not stop its preload within the setup's allowance")
+	}
+	if wb.err != nil {
+		return wb.err
+	}
+	// The preload's output is done with: a program's starts empty, and
+	// the run's cleanup finishes its pipes.
+	for name, c := range map[string]*capture{"stdout": rn.proc.stdout, "stderr": rn.proc.stderr} {
+		c.finish(0)
+		if st, _ := c.stream(); st.Bytes > 0 {
+			rn.b.logf("box: warm box %s: the preload printed %d bytes on %s (not the program's)", wb.id, st.Bytes, name)
+		}
+	}
+	rn.proc.stdout, rn.proc.stderr = out, errOut
 	line, err := wb.readLine(time.Now().Add(handOverLimit))
 	if err != nil {
 		return fmt.Errorf("the waiter did not report its descriptors: %v", err)
@@ -380,20 +424,14 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox) error {
 	if ctx.Err() != nil {
 		return errors.New("the run was cancelled")
 	}
-	// The box becomes the run's: a run's CPU weight, the program's own
-	// memory limit on top of the preload, no OOM preference.
+	// The box becomes the run's: the program's own memory limit on top
+	// of the preload, no OOM preference.
 	preload, err := rn.cg.read("memory.current")
 	if err != nil {
 		return err
 	}
-	settings := []struct{ file, value string }{
-		{"cpu.weight", strconv.Itoa(cpuWeightRun)},
-		{"memory.max", strconv.FormatInt(memoryMax+preload, 10)},
-	}
-	for _, s := range settings {
-		if err := rn.cg.set(s.file, s.value); err != nil {
-			return fmt.Errorf("%s: %w", s.file, err)
-		}
+	if err := rn.cg.set("memory.max", strconv.FormatInt(memoryMax+preload, 10)); err != nil {
+		return fmt.Errorf("memory.max: %w", err)
 	}
 	for _, pid := range rn.cg.procs() {
 		os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
