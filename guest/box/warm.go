@@ -502,16 +502,16 @@ func (b *Box) Close() {
 		boxes = append(boxes, wb)
 	}
 	b.mu.Unlock()
+	// A box still in its preload is not waited for: once it exists, it
+	// is removed as it is.
 	for _, wb := range boxes {
-		<-wb.done
-		if wb.err == nil {
-			b.discard(wb, "the VM stops", false)
-		}
+		<-wb.made
+		b.discard(wb, "the VM stops", false)
 	}
 }
 
-// DiscardWarm discards image's warm box, ready or warming, as one that
-// died would be (for the console, when a box is to be looked at anew);
+// DiscardWarm discards image's warm box, ready or still in its preload,
+// as one that died would be (for the console, when a box is to be looked at anew);
 // the next one starts warming at once.
 func (b *Box) DiscardWarm(image string) error {
 	b.mu.Lock()
@@ -520,9 +520,9 @@ func (b *Box) DiscardWarm(image string) error {
 	if wb == nil {
 		return fmt.Errorf("image %q has no warm box", image)
 	}
-	<-wb.done
+	<-wb.made
 	b.mu.Lock()
-	mine := b.warm.boxes[image] == wb && wb.err == nil
+	mine := b.warm.boxes[image] == wb && !wb.discarded
 	if mine {
 		delete(b.warm.boxes, image)
 		close(wb.taken)
