@@ -884,14 +884,15 @@ func markdown(r *benchReport) string {
 		im := r.Images[n].(map[string]any)
 		fmt.Fprintf(&w, "| image %s | sha256 %s, %.1f MiB |\n", n, im["sha256"], float64(im["bytes"].(int64))/(1<<20))
 	}
-	fmt.Fprintf(&w, "\nKnobs: BENCH_RUNS=%d BENCH_BOOTS=%d BENCH_CALLS=%d BENCH_PLOT_RUNS=%d BENCH_PANDAS_RUNS=%d BENCH_ONLY=%s. "+
+	fmt.Fprintf(&w, "\nKnobs: BENCH_RUNS=%d BENCH_BOOTS=%d BENCH_CALLS=%d BENCH_PLOT_RUNS=%d BENCH_PANDAS_RUNS=%d BENCH_WARM_RUNS=%d BENCH_ONLY=%s. "+
 		"Figures are medians with [min–max] and p90 over n samples, all measured in this one run.\n",
-		r.Knobs.Runs, r.Knobs.Boots, r.Knobs.Calls, r.Knobs.PlotRuns, r.Knobs.PandasAlt, cmp.Or(r.Knobs.Only, "(all)"))
+		r.Knobs.Runs, r.Knobs.Boots, r.Knobs.Calls, r.Knobs.PlotRuns, r.Knobs.PandasAlt, r.Knobs.WarmRuns, cmp.Or(r.Knobs.Only, "(all)"))
 	titles := []struct{ sec, title string }{
 		{"trivial", "print(1), one call, against the alternatives (ratio to bare python3 on the host)"},
 		{"pandas", "import pandas, one call, against the alternatives"},
 		{"boot", "VM boot"},
 		{"goals", "Goal figures (reported, not asserted) and where the time goes"},
+		{"warm", "Warm boxes against cold boxes (--warm 0), the same calls on two VMs"},
 		{"pybox", "PyBox paths and programs"},
 		{"growth", "Growth with input and output size (tools/call round trip)"},
 		{"drift", "Long VM life and throughput"},

@@ -304,6 +304,9 @@ func imageList(ims []vm.Image) string {
 func describeWarm(w wire.WarmBox) string {
 	switch w.State {
 	case "warming":
+		if w.Importing != "" {
+			return fmt.Sprintf("warming for %.1f s, importing %s", float64(w.ForMS)/1000, w.Importing)
+		}
 		return fmt.Sprintf("warming for %.1f s", float64(w.ForMS)/1000)
 	case "ready":
 		return fmt.Sprintf("ready for %.1f s, preloaded: %s", float64(w.ForMS)/1000, strings.Join(w.Preloaded, " "))

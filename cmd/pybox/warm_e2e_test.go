@@ -146,6 +146,7 @@ func TestWarmEquivalence(t *testing.T) {
 			if slices.Contains(c.flags, "--file") {
 				flags = append(flags, "--out", t.TempDir())
 			}
+			waitWarmReady(t, warm.home, "stdlib")
 			w := runPy(t, warm, c.code, flags...).receipt(t)
 			k := runPy(t, cold, c.code, flags...).receipt(t)
 			if w.Box == nil || !w.Box.Warm {
@@ -225,6 +226,7 @@ left.listen()
 	seen := map[string]map[string]bool{}
 	line := regexp.MustCompile(`(?m)^(\w+) (.*)$`)
 	for i := range 3 {
+		waitWarmReady(t, e.home, "stdlib")
 		rc := expectEnd(t, runPy(t, e, probe, "--timeout", "10"), wire.StatusOK)
 		if rc.Box == nil || !rc.Box.Warm {
 			t.Errorf("run %d was not warm: %+v", i, rc.Box)
@@ -258,7 +260,8 @@ left.listen()
 }
 
 // A warm box discarded or killed while it waits is replaced at once; a
-// call that comes while the next one warms waits for it, and runs warm.
+// call that comes while the next one warms, and imports what it
+// preloads, takes it as it is.
 func TestWarmReplaced(t *testing.T) {
 	e := boxVM(t)
 	if got := agentConsole(t, e.home, "warm discard stdlib"); !strings.Contains(got, "discarded stdlib's warm box") {
@@ -268,7 +271,9 @@ func TestWarmReplaced(t *testing.T) {
 	if !strings.Contains(status, "stdlib: warming") && !strings.Contains(status, "stdlib: ready") {
 		t.Errorf("after the discard: %q", status)
 	}
-	rc := expectEnd(t, runPy(t, e, `print("after the discard")`, "--timeout", "10"), wire.StatusOK)
+	// The program imports the last module of the preload list: whatever
+	// module the new box is at, the program needs it, and takes the box.
+	rc := expectEnd(t, runPy(t, e, "import dataclasses\nprint('after the discard')", "--timeout", "10"), wire.StatusOK)
 	if rc.Box == nil || !rc.Box.Warm {
 		t.Errorf("the call after the discard ran %+v", rc.Box)
 	}
@@ -289,7 +294,7 @@ func TestWarmReplaced(t *testing.T) {
 	if !noticed {
 		t.Fatalf("the agent did not notice the killed box:\n%s", agentConsole(t, e.home, "log"))
 	}
-	rc = expectEnd(t, runPy(t, e, `print("after the kill")`, "--timeout", "10"), wire.StatusOK)
+	rc = expectEnd(t, runPy(t, e, "import dataclasses\nprint('after the kill')", "--timeout", "10"), wire.StatusOK)
 	if rc.Box == nil || !rc.Box.Warm || rc.Capture.StdoutText != "after the kill\n" {
 		t.Errorf("the call after the kill ran %+v: %q", rc.Box, rc.Capture.StdoutText)
 	}
@@ -300,8 +305,9 @@ func TestWarmReplaced(t *testing.T) {
 // chroot) but fails in a box (as the box's unprivileged user) runs its
 // programs in cold boxes that say why; after three failures in a row it
 // stops trying until the VM restarts, and other images stay warm. A call
-// that comes while a box still warms takes it as it is: its preload
-// stops at the next module, before the one that fails.
+// that comes while a box still warms takes it as it is when it imports
+// the module in progress (its preload stops at the next module, before
+// the one that fails), and a cold box when it does not.
 func TestWarmPreloadFails(t *testing.T) {
 	e := newVMEnv(t)
 	linkImages(t, e, "stdlib")
@@ -324,13 +330,31 @@ func TestWarmPreloadFails(t *testing.T) {
 	e.mustStart("--images", "stdlib,rootonly", "--memory", "1024")
 
 	const probe = "import sys\nprint(sorted(m for m in ('json', 'pybox_slow', 'pybox_rootonly') if m in sys.modules))\n"
-	// At once: the box warmed at boot is still in its preload.
-	rc := runPy(t, e, probe, "--image", "rootonly", "--timeout", "10").receipt(t)
+	// At once: the box warmed at boot is still in its preload. The
+	// program imports pybox_slow too, so it takes the box as it is.
+	rc := runPy(t, e, "import sys\nbefore = sorted(m for m in ('json', 'pybox_slow', 'pybox_rootonly') if m in sys.modules)\nimport pybox_slow\nprint(before)\n",
+		"--image", "rootonly", "--timeout", "10").receipt(t)
+	if rc.Box == nil {
+		t.Fatalf("no box in the receipt: %+v", rc)
+	}
 	want := "[" + strings.Join(mapSlice(rc.Box.Preloaded, func(m string) string { return "'" + m + "'" }), ", ") + "]\n"
-	if rc.Status != wire.StatusOK || rc.Box == nil || !rc.Box.Warm || slices.Contains(rc.Box.Preloaded, "pybox_rootonly") || rc.Capture.StdoutText != want {
+	if rc.Status != wire.StatusOK || !rc.Box.Warm || slices.Contains(rc.Box.Preloaded, "pybox_rootonly") || rc.Capture.StdoutText != want {
 		t.Errorf("the call during the preload: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.StdoutText)
 	}
 	t.Logf("the call during the preload ran with %v imported", rc.Box.Preloaded)
+
+	// The next box, importing pybox_slow: a program that does not import
+	// it runs in a cold box at once.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(agentConsole(t, e.home, "warm"), "importing pybox_slow"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the next box never reached pybox_slow: %q", agentConsole(t, e.home, "warm"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rc = runPy(t, e, probe, "--image", "rootonly", "--timeout", "10").receipt(t)
+	if rc.Status != wire.StatusOK || rc.Box == nil || rc.Box.Warm || !strings.Contains(rc.Box.Fallback, "still importing pybox_slow, which the program does not import") || rc.Capture.StdoutText != "[]\n" {
+		t.Errorf("the call that needs nothing of the preload: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.StdoutText)
+	}
 
 	failures := func() int {
 		return strings.Count(agentConsole(t, e.home, "log"), "the preload failed: pybox_rootonly")

@@ -158,6 +158,9 @@ func (a *Agent) cmdStatus(w io.Writer) {
 func describeWarm(w wire.WarmBox) string {
 	switch w.State {
 	case "warming":
+		if w.Importing != "" {
+			return fmt.Sprintf("warming for %d ms, importing %s", w.ForMS, w.Importing)
+		}
 		return fmt.Sprintf("warming for %d ms", w.ForMS)
 	case "ready":
 		return fmt.Sprintf("ready for %d ms (preloaded: %s)", w.ForMS, strings.Join(w.Preloaded, " "))

@@ -438,8 +438,11 @@ func (rn *run) execute(ctx context.Context) {
 		rn.rec.Box = &wire.BoxInfo{Fallback: "it names data folders, which are bound into a box as it is made"}
 	} else {
 		by := rn.at.begun.Add(wire.SetupAllowance - time.Second)
-		if wb := rn.b.takeWarm(ctx, rn.req.Image, by); wb != nil {
+		wb, why := rn.b.takeWarm(ctx, rn.req.Image, rn.req.Code, by)
+		if wb != nil {
 			rn.takeOver(ctx, wb, by)
+		} else if why != "" {
+			rn.rec.Box = &wire.BoxInfo{Fallback: why}
 		}
 	}
 	if rn.warm == nil {

@@ -1,7 +1,7 @@
 # The waiter: what a warm box's python3 runs (as `python3 -I -B -c WAITER`)
-# before its program arrives. It imports the image's preload list (up to
-# the next module, when the program comes before the list is done), says
-# it is ready, takes the program and its stdout and stderr from the agent over
+# before its program arrives. It imports the image's preload list, saying
+# which module it imports (up to the next module, when the program comes
+# before the list is done), says it is ready, takes the program and its stdout and stderr from the agent over
 # fd 0 (a unix seqpacket socket, the only channel there is), reports its
 # descriptors, replaces fd 0 with /dev/null on the agent's "go", and runs
 # the program as `python3 -I -B -c CODE` would: in a fresh __main__, with
@@ -36,6 +36,7 @@ def _pybox_wait():
             break
         except BlockingIOError:
             pass
+        say("importing " + name)
         try:
             __import__(name)
         except BaseException as e:

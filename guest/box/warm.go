@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,8 +66,10 @@ type warmBox struct {
 	st        *staging
 	proc      *boxProc
 	ctl       *os.File // the agent's end of the waiter's socket
+	wanted    []string // the image's preload list, in order
 	spawned   time.Time
-	readyAt   time.Time
+	readyAt   time.Time // under Box.mu until done closes
+	importing string    // under Box.mu: the module the preload is at
 	preloaded []string
 	made      chan struct{} // closed once the box exists (box-init spawned) or has failed
 	done      chan struct{} // closed once it is ready or has failed
@@ -129,7 +132,7 @@ func (b *Box) warmUp(wb *warmBox) {
 	err := b.makeWarm(wb)
 	if err == nil {
 		close(wb.made)
-		err = wb.awaitReady()
+		err = b.awaitReady(wb)
 	}
 	if err != nil {
 		wb.err = err
@@ -142,7 +145,9 @@ func (b *Box) warmUp(wb *warmBox) {
 		close(wb.done)
 		return
 	}
-	wb.readyAt = time.Now()
+	b.mu.Lock()
+	wb.readyAt, wb.importing = time.Now(), ""
+	b.mu.Unlock()
 	select {
 	case <-wb.taken: // a run has it, and waits
 	default:
@@ -167,6 +172,7 @@ func (b *Box) makeWarm(wb *warmBox) error {
 		return err
 	}
 	image := b.paths.images + "/" + wb.image
+	wb.wanted = readPreloadList(image + wire.ImagePreloadFile)
 	ids := slotIDs(wb.slot)
 	if wb.st, err = makeStaging(b.paths.staging, wb.id, image, nil, ids); err != nil {
 		return err
@@ -197,8 +203,9 @@ func (b *Box) makeWarm(wb *warmBox) error {
 }
 
 // awaitReady waits for box-init's good posture, then for the waiter's
-// "ready" (or "fail ...") line, within warmLimit.
-func (wb *warmBox) awaitReady() error {
+// "ready" (or "fail ...") message, within warmLimit, noting the module
+// each "importing" message names.
+func (b *Box) awaitReady(wb *warmBox) error {
 	deadline := time.Now().Add(warmLimit)
 	select {
 	case <-wb.proc.report.started:
@@ -207,18 +214,26 @@ func (wb *warmBox) awaitReady() error {
 	case <-time.After(wire.SetupAllowance):
 		return fmt.Errorf("box setup took longer than %v", wire.SetupAllowance)
 	}
-	line, err := wb.readLine(deadline)
-	if err != nil {
-		return fmt.Errorf("the waiter said nothing: %v (box-init %s)", err, wb.proc.report.refusal())
+	for {
+		line, err := wb.readLine(deadline)
+		if err != nil {
+			return fmt.Errorf("the waiter said nothing: %v (box-init %s)", err, wb.proc.report.refusal())
+		}
+		words := strings.Fields(line)
+		switch {
+		case len(words) == 2 && words[0] == "importing":
+			b.mu.Lock()
+			wb.importing = words[1]
+			b.mu.Unlock()
+			continue
+		case len(words) > 0 && words[0] == "ready":
+			wb.preloaded = words[1:]
+			return nil
+		case strings.HasPrefix(line, "fail "):
+			return fmt.Errorf("the preload failed: %s", strings.TrimPrefix(line, "fail "))
+		}
+		return fmt.Errorf("the waiter said %q", line)
 	}
-	switch words := strings.Fields(line); {
-	case len(words) > 0 && words[0] == "ready":
-		wb.preloaded = words[1:]
-		return nil
-	case strings.HasPrefix(line, "fail "):
-		return fmt.Errorf("the preload failed: %s", strings.TrimPrefix(line, "fail "))
-	}
-	return fmt.Errorf("the waiter said %q", line)
 }
 
 // readLine reads one message of the waiter, by deadline.
@@ -256,34 +271,104 @@ func (b *Box) watchWarm(wb *warmBox) {
 	}
 }
 
-// takeWarm takes image's warm box for a run, ready or still warming once
-// its box exists (waiting for that until by, or ctx's end). It returns
-// nil when there is none to take: the run then makes a cold box, and the
-// receipt's box says why.
-func (b *Box) takeWarm(ctx context.Context, image string, by time.Time) *warmBox {
+// takeWarm takes image's warm box for a run: one that is ready, one
+// still starting its python3, or one importing a module of its preload
+// that the program imports too (or one listed before such a module),
+// which a cold box would import all over again. It waits until by (or
+// ctx's end) for the box to exist. It returns nil when there is none to
+// take, or the box is importing what the program does not need: the run
+// then makes a cold box, and why says why (empty for coldReason's).
+func (b *Box) takeWarm(ctx context.Context, image, code string, by time.Time) (wb *warmBox, why string) {
 	b.mu.Lock()
-	wb := b.warm.boxes[image]
+	wb = b.warm.boxes[image]
 	b.mu.Unlock()
 	if wb == nil {
-		return nil
+		return nil, ""
 	}
 	t := time.NewTimer(time.Until(by))
 	defer t.Stop()
 	select {
 	case <-wb.made:
 	case <-ctx.Done():
-		return nil
+		return nil, ""
 	case <-t.C:
-		return nil
+		return nil, ""
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.warm.boxes[image] != wb || wb.discarded {
-		return nil
+		return nil, ""
+	}
+	if m := wb.importing; wb.readyAt.IsZero() && m != "" && !needsModule(programImports(code), wb.wanted, m) {
+		return nil, fmt.Sprintf("the warm box was still importing %s, which the program does not import: a cold box starts sooner", m)
 	}
 	delete(b.warm.boxes, image)
 	close(wb.taken)
-	return wb
+	return wb, ""
+}
+
+// importLine finds the modules a line of Python imports: "import a.b as
+// c, d" or "from a.b import c, d".
+var importLine = regexp.MustCompile(`(?m)^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^#\n]*)|import[ \t]+([^#\n]*))`)
+
+// programImports is what the program's import statements name, at any
+// depth: modules, and for "from M import x" both M and M.x. Imports made
+// some other way (importlib, __import__) are not seen; that only costs
+// time, as a cold box instead of a warm one.
+func programImports(code string) []string {
+	var names []string
+	for _, m := range importLine.FindAllStringSubmatch(code, -1) {
+		if m[1] != "" {
+			names = append(names, m[1])
+			for _, n := range strings.Split(m[2], ",") {
+				if f := strings.Fields(strings.Trim(n, " \t()\\")); len(f) > 0 {
+					names = append(names, m[1]+"."+f[0])
+				}
+			}
+			continue
+		}
+		for _, n := range strings.Split(m[3], ",") {
+			if f := strings.Fields(n); len(f) > 0 {
+				names = append(names, f[0])
+			}
+		}
+	}
+	return names
+}
+
+// needsModule says whether a program that imports imports needs module
+// current of the preload list wanted to be imported: it imports it, one
+// of its submodules, or a module listed after it (the list is in the
+// order of their dependencies: numpy before pandas).
+func needsModule(imports, wanted []string, current string) bool {
+	at := slices.Index(wanted, current)
+	if at < 0 {
+		return false
+	}
+	for _, n := range imports {
+		for _, p := range wanted[at:] {
+			if n == p || strings.HasPrefix(n, p+".") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// readPreloadList reads an image's preload list; an image without one has
+// none.
+func readPreloadList(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) > 64<<10 {
+		return nil
+	}
+	var list []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			list = append(list, l)
+		}
+	}
+	return list
 }
 
 // coldReason says why a run of image got a cold box, for its receipt.
@@ -483,7 +568,7 @@ func (b *Box) Warm() []wire.WarmBox {
 		case wb == nil:
 			w.State, w.Reason = "cold", b.warm.why[name]
 		case wb.readyAt.IsZero():
-			w.State, w.ForMS = "warming", time.Since(wb.spawned).Milliseconds()
+			w.State, w.ForMS, w.Importing = "warming", time.Since(wb.spawned).Milliseconds(), wb.importing
 		default:
 			w.State, w.ForMS, w.Preloaded = "ready", time.Since(wb.readyAt).Milliseconds(), slices.Clone(wb.preloaded)
 		}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"pybox/shared/wire"
 )
 
 // WarmList is the file, inside an image, that lists the files a first run
@@ -41,9 +43,8 @@ for p in sorted({os.path.realpath(p) for p in opened}):
 `
 
 // PreloadList is the file, inside an image, that names the modules a warm
-// box imports before its program arrives, one a line (guest/box's waiter
-// reads it).
-const PreloadList = "/usr/share/pybox/preload"
+// box imports before its program arrives.
+const PreloadList = wire.ImagePreloadFile
 
 // warmCode is the recipe's warm code, else its base's.
 func (bd *build) warmCode() string {

@@ -12,6 +12,12 @@ import (
 // The file is JSON, an ImageAbout, at most MaxImageAboutBytes.
 const ImageAboutFile = "/usr/share/pybox/image.json"
 
+// ImagePreloadFile is the file, inside an image, that names the modules
+// a warm box imports before its program arrives, one a line, in order:
+// the image builder writes it, the box's waiter imports them, the agent
+// reads it to know which module a warming box is at.
+const ImagePreloadFile = "/usr/share/pybox/preload"
+
 // MaxImageAboutBytes bounds ImageAboutFile.
 const MaxImageAboutBytes = 4096
 

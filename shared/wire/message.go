@@ -71,13 +71,14 @@ type AgentStatus struct {
 	Warm []WarmBox `json:"warm,omitempty"`
 }
 
-// WarmBox is how an image's warm box is: "warming" (for ForMS), "ready"
-// (waiting for ForMS, with its preload), "cold" (none, and Reason says
-// why) or "off" (warm boxes are turned off).
+// WarmBox is how an image's warm box is: "warming" (for ForMS, importing
+// Importing), "ready" (waiting for ForMS, with its preload), "cold" (none,
+// and Reason says why) or "off" (warm boxes are turned off).
 type WarmBox struct {
 	Image     string   `json:"image"`
 	State     string   `json:"state"`
 	ForMS     int64    `json:"for_ms,omitempty"`
+	Importing string   `json:"importing,omitempty"`
 	Preloaded []string `json:"preloaded,omitempty"`
 	Reason    string   `json:"reason,omitempty"`
 }

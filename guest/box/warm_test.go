@@ -1,0 +1,61 @@
+//go:build linux
+
+package box
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func TestProgramImports(t *testing.T) {
+	code := `import pandas as pd, json
+from matplotlib import pyplot as plt, cm
+from numpy.linalg import (norm,
+    inv)
+from . import local
+def f():
+    import statistics  # inside a function
+x = "import nothing"
+# import commented
+`
+	want := []string{"pandas", "json", "matplotlib", "matplotlib.pyplot", "matplotlib.cm", "numpy.linalg", "numpy.linalg.norm", "statistics"}
+	if got := programImports(code); !slices.Equal(got, want) {
+		t.Errorf("programImports = %q\nwant %q", got, want)
+	}
+}
+
+func TestNeedsModule(t *testing.T) {
+	wanted := []string{"json", "re", "numpy", "pandas", "matplotlib", "matplotlib.pyplot"}
+	for _, c := range []struct {
+		imports []string
+		current string
+		need    bool
+	}{
+		{nil, "numpy", false},                          // print(1)
+		{[]string{"json"}, "numpy", false},             // json is imported already
+		{[]string{"pandas"}, "numpy", true},            // pandas imports numpy
+		{[]string{"pandas"}, "pandas", true},           // the module itself
+		{[]string{"numpy.linalg"}, "numpy", true},      // a submodule of it
+		{[]string{"pandas"}, "matplotlib", false},      // listed after what it needs
+		{[]string{"matplotlib.pyplot"}, "numpy", true}, // matplotlib needs numpy
+		{[]string{"matplotlib"}, "matplotlib.pyplot", false},
+		{[]string{"pandas"}, "unlisted", false},
+	} {
+		if got := needsModule(c.imports, wanted, c.current); got != c.need {
+			t.Errorf("needsModule(%q, at %s) = %v, want %v", c.imports, c.current, got, c.need)
+		}
+	}
+}
+
+func TestReadPreloadList(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "preload")
+	os.WriteFile(p, []byte("json\n# a comment\n\nnumpy\n  pandas  \n"), 0o644)
+	if got := readPreloadList(p); !slices.Equal(got, []string{"json", "numpy", "pandas"}) {
+		t.Errorf("readPreloadList = %q", got)
+	}
+	if got := readPreloadList(filepath.Join(t.TempDir(), "none")); got != nil {
+		t.Errorf("no file: %q", got)
+	}
+}
