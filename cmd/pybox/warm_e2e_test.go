@@ -59,6 +59,13 @@ print("modules", " ".join(sorted(sys.modules)))
 	{"a thread outliving the main code", "import threading, time\ndef late():\n    time.sleep(0.3); print('thread done', flush=True)\nthreading.Thread(target=late).start()\nprint('main done', flush=True)\n", nil},
 	{"multiprocessing", "import multiprocessing as mp\ndef sq(x):\n    return x * x\nif __name__ == '__main__':\n    with mp.Pool(2) as p:\n        print(p.map(sq, range(5)))\n", nil},
 	{"fork", "import os\npid = os.fork()\nif pid == 0:\n    print('child', flush=True); os._exit(7)\n_, st = os.waitpid(pid, 0)\nprint('parent saw', os.waitstatus_to_exitcode(st))\n", nil},
+	{"sys.exit with a code past 255", "import sys\nsys.exit(256 + 7)\n", nil},
+	{"sys.exit with a code past 64 bits", "import sys\nsys.exit(2 ** 70)\n", nil},
+	{"__del__ and an unclosed file at exit", "class Bye:\n    def __del__(self):\n        print('bye from __del__')\nb = Bye()\nf = open('/tmp/output/unclosed.txt', 'w')\nf.write('written, never closed')\nprint('main done')\n", nil},
+	{"cyclic garbage at exit", "import gc\ngc.disable()\nclass Cycle:\n    def __del__(self):\n        print('cycle collected')\nc = Cycle()\nc.me = c\ndel c\nprint('main done')\n", nil},
+	{"a daemon thread still running", "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\nprint('main done')\n", nil},
+	{"sys.stdout closed by the program", "import sys\nprint('to stderr', file=sys.stderr)\nsys.stdout.close()\n", nil},
+	{"a sys.stdout that cannot flush", "import sys\nclass W:\n    def write(self, s):\n        return len(s)\n    def flush(self):\n        raise OSError('no flush')\nsys.stdout = W()\nprint('lost')\n", nil},
 	{"interleaved streams", "import sys\nfor i in range(5):\n    print('out', i, flush=True); print('err', i, file=sys.stderr, flush=True)\n", nil},
 	{"large and non-UTF-8 output", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe' + b'y' * 20000)\nsys.stderr.write('z' * 9000)\n", []string{"--max-output-bytes", "100"}},
 	{"input and output files", "import shutil\nprint(open('/tmp/input/in.txt').read())\nshutil.copy('/tmp/input/in.txt', '/tmp/output/copy.txt')\n", []string{"--file", "@in.txt"}},
@@ -143,7 +150,7 @@ func TestWarmEquivalence(t *testing.T) {
 			for _, f := range c.flags {
 				flags = append(flags, strings.Replace(f, "@in.txt", in, 1))
 			}
-			if slices.Contains(c.flags, "--file") {
+			if slices.Contains(c.flags, "--file") || strings.Contains(c.code, "/tmp/output/") {
 				flags = append(flags, "--out", t.TempDir())
 			}
 			waitWarmReady(t, warm.home, "stdlib")

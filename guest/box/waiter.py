@@ -5,7 +5,8 @@
 # fd 0 (a unix seqpacket socket, the only channel there is), reports its
 # descriptors, replaces fd 0 with /dev/null on the agent's "go", and runs
 # the program as `python3 -I -B -c CODE` would: in a fresh __main__, with
-# tracebacks that start at the program and its exit status for the process.
+# tracebacks that start at the program, its exit status for the process,
+# and what the interpreter does at exit.
 #
 # It keeps to the modules every interpreter has loaded at start (sys, os),
 # and _socket for the descriptors, so that what a program finds in
@@ -90,6 +91,7 @@ def _pybox_run(code):
     main.__dict__.update(_main_base)
     sys.modules["__main__"] = main
     sys.orig_argv[-1] = code
+    sigint = False
     try:
         compiled = compile(code, "<string>", "exec")
         # Python 3.13 shows the source lines of -c code in tracebacks: it
@@ -101,22 +103,85 @@ def _pybox_run(code):
         if hasattr(linecache, "_register_code"):
             linecache._register_code(compiled, code, "<string>")
         exec(compiled, main.__dict__)
-    except SystemExit:
-        raise  # handled by the interpreter, as for any -c program
+        status = 0
+    except SystemExit as e:
+        status = _pybox_exit_status(e)
     except BaseException as e:
         # As the interpreter would print it: from the program's frame on.
         tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
         e = e.with_traceback(tb)
         sys.last_exc, sys.last_type, sys.last_value, sys.last_traceback = e, type(e), e, tb
         sys.excepthook(type(e), e, tb)
-        if isinstance(e, KeyboardInterrupt):
-            # The interpreter ends a program stopped by SIGINT with SIGINT.
-            import atexit, os, signal
-            sys.stdout.flush()
-            atexit._run_exitfuncs()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        raise SystemExit(1)
+        # The interpreter ends a program stopped by SIGINT with SIGINT.
+        sigint = isinstance(e, KeyboardInterrupt)
+        status = 1
+        del e, tb
+    _pybox_end(main, status, sigint)
+
+
+def _pybox_exit_status(e):
+    # The exit status of an uncaught SystemExit, and its message on
+    # stderr, as the interpreter gives them.
+    import sys
+
+    code = getattr(e, "code", e)
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if -(1 << 63) <= code < (1 << 63) else 255
+    try:
+        sys.stderr.write(str(code))
+        sys.stderr.write("\n")
+    except BaseException:
+        raise e  # the interpreter's own way, whatever it prints
+    return 1
+
+
+def _pybox_end(main, status, sigint):
+    # What the interpreter does at exit that a program can see, in its
+    # order: wait for the program's threads, run its atexit handlers,
+    # flush sys.stdout and sys.stderr, finalise what the program left in
+    # __main__ (its __del__ methods, its unclosed files) and its cyclic
+    # garbage. Then the process ends without taking the preloaded modules
+    # apart object by object: that teardown is what a program cannot see,
+    # and under emulation it costs half a second after numpy and pandas.
+    # Anything unusual (a stream that cannot be flushed) goes to the
+    # interpreter's own finalisation, as a cold box would.
+    import sys, os
+
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()
+    import atexit
+
+    atexit._run_exitfuncs()
+    if not _pybox_flushed(sys.stdout, sys.stderr) and not sigint:
+        raise SystemExit(status)
+    d = main.__dict__
+    for name in [n for n in d if n[:1] == "_" and n[1:2] != "_"] + [n for n in d if n != "__builtins__"]:
+        d[name] = None
+    del d
+    import gc
+
+    gc.collect()
+    if not _pybox_flushed(sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) and not sigint:
+        raise SystemExit(status)
+    if sigint:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(status)
+
+
+def _pybox_flushed(*streams):
+    for f in streams:
+        try:
+            if f is not None and not f.closed:
+                f.flush()
+        except BaseException:
+            return False
+    return True
 
 
 _pybox_run(_pybox_wait())
