@@ -7,7 +7,8 @@
 # Knobs (environment): BENCH_RUNS (samples per figure, default 7),
 # BENCH_BOOTS (3), BENCH_CALLS (sequential calls for throughput and drift,
 # 500), BENCH_PLOT_RUNS (matplotlib PNG calls, 2), BENCH_PANDAS_RUNS (5),
-# BENCH_WARM_RUNS (each warm and cold call, with and without think time, 3),
+# BENCH_WARM_RUNS (each warm and cold call: after a 2 s think, back to back,
+# and, warm, with the box ready; 3),
 # BENCH_ONLY (a comma-separated subset of alternatives, boots, vm, warm,
 # hardening), BENCH_DROP_CACHES=0 (keep the host page cache before the
 # cold boots; by default they drop it, which needs root).

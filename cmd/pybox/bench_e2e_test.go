@@ -44,7 +44,7 @@ type benchKnobs struct {
 	Calls     int `json:"calls"`      // BENCH_CALLS: sequential calls in the long-life/throughput run
 	PlotRuns  int `json:"plot_runs"`  // BENCH_PLOT_RUNS: matplotlib PNG calls (15 s each under TCG)
 	PandasAlt int `json:"pandas_alt"` // BENCH_PANDAS_RUNS: pandas samples per alternative
-	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program, warm and cold, with and without think time
+	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program in each series, warm and cold
 	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
 	// boots, vm, warm, hardening); empty runs them all.
 	Only string `json:"only,omitempty"`
