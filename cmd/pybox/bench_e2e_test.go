@@ -894,7 +894,7 @@ func markdown(r *benchReport) string {
 		{"pandas", "import pandas, one call, against the alternatives"},
 		{"boot", "VM boot"},
 		{"goals", "Goal figures (reported, not asserted) and where the time goes"},
-		{"warm", "Warm boxes against cold boxes (--warm 0), the same calls on two VMs"},
+		{"warm", "Warm boxes against cold boxes (--warm 0), the same calls on two VMs taking turns"},
 		{"pybox", "PyBox paths and programs"},
 		{"growth", "Growth with input and output size (tools/call round trip)"},
 		{"drift", "Long VM life and throughput"},

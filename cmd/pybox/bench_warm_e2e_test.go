@@ -1,11 +1,12 @@
 package main
 
 // The warm part of `make bench`: the same calls, in one run, on a VM
-// with warm boxes (the default) and on one without (--warm 0), each with
-// a short think time between calls, as an agent leaves one, and back to
-// back, where a call may find the next warm box still warming; on the
-// warm VM also with its warm box ready before each call, as it is when
-// an agent thinks for longer than the preload takes.
+// with warm boxes (the default) and on one without (--warm 0), the two
+// taking turns series by series: with a short think time between calls,
+// as an agent leaves one; back to back, where a call may find the next
+// warm box still warming; and, on the warm VM, with its warm box ready
+// before each call, as it is when an agent thinks for longer than the
+// preload takes.
 
 import (
 	"encoding/json"
@@ -61,60 +62,76 @@ type warmReceipt struct {
 }
 
 func benchWarm(b *testing.B, r *benchReport, k benchKnobs) {
-	for _, mode := range []struct {
-		name string
-		args []string
-	}{{"warm", nil}, {"cold", []string{"--warm", "0"}}} {
-		e := benchEnv(b)
-		if out, errOut, code := e.pybox(append([]string{"vm", "start", "--images", "stdlib,data"}, mode.args...)...); code != 0 {
+	// Both VMs run at once and take turns, series by series, so that the
+	// machine's noise falls on both alike. Each series starts with the
+	// warm VM's boxes ready, so that neither VM's background work falls on
+	// the other's calls.
+	vms := []*warmVM{{name: "warm"}, {name: "cold", args: []string{"--warm", "0"}}}
+	for _, v := range vms {
+		v.e = benchEnv(b)
+		if out, errOut, code := v.e.pybox(append([]string{"vm", "start", "--images", "stdlib,data"}, v.args...)...); code != 0 {
 			b.Fatalf("vm start: %s%s", out, errOut)
 		}
-		if mode.name == "warm" {
-			waitWarm(b, e)
-		}
-		m := &mcpSession{b: b, e: e}
-		for _, p := range warmPrograms {
-			series := []warmSeries{{"think " + benchThink.String(), benchThink}, {"back to back", 0}}
-			if mode.name == "warm" {
-				series = append(series, warmSeries{benchReady, -1})
-			}
-			for _, series := range series {
-				var rtt, prepCPU, preload []float64
-				for i := 0; i < k.WarmRuns; i++ {
-					if series.think < 0 {
-						waitWarm(b, e)
-					}
-					time.Sleep(max(series.think, 0))
-					d, _ := m.call(p.args)
-					var wr warmReceipt
-					json.Unmarshal([]byte(m.lastText), &wr)
-					if wr.Execution.Status != "ok" {
-						continue
-					}
-					if (mode.name == "warm") != wr.Execution.Box.Warm {
-						r.Notes = append(r.Notes, fmt.Sprintf("a %s call of %s ran in a %v box", mode.name, p.name, map[bool]string{true: "warm", false: "cold"}[wr.Execution.Box.Warm]))
-					}
-					rtt = append(rtt, d)
-					prepCPU = append(prepCPU, float64(wr.Execution.Box.PrepareCPUMS))
-					preload = append(preload, mib(wr.Execution.Memory.PreloadBytes))
-				}
-				name := fmt.Sprintf("%s, %s, %s", p.name, mode.name, series.name)
-				note := "tools/call round trip"
-				if mode.name == "warm" && len(prepCPU) > 0 {
-					note += fmt.Sprintf("; warming cost per call: CPU %s ms (median), preload held %s MiB", num(median(prepCPU)), num(median(preload)))
-				}
-				r.add(newFigure("warm", name, "ms", rtt, note))
-			}
-		}
-		if mode.name == "warm" {
-			benchBareWarm(b, r, k, e)
-		}
-		if m.cs != nil {
-			m.cs.Close()
-		}
-		e.pybox("vm", "stop")
+		v.m = &mcpSession{b: b, e: v.e}
+		defer v.stop()
 	}
+	warm := vms[0]
+	for _, p := range warmPrograms {
+		for _, series := range []warmSeries{{"think " + benchThink.String(), benchThink}, {"back to back", 0}, {benchReady, -1}} {
+			for _, v := range vms {
+				if series.think < 0 && v != warm {
+					continue // a cold VM has no box to wait for
+				}
+				waitWarm(b, warm.e)
+				v.series(r, k, p.name, p.args, series)
+			}
+		}
+	}
+	benchBareWarm(b, r, k, warm.e)
 	warmGoals(r)
+}
+
+// warmVM is one of the warm part's two VMs.
+type warmVM struct {
+	name string // warm or cold
+	args []string
+	e    *vmEnv
+	m    *mcpSession
+}
+
+func (v *warmVM) stop() {
+	if v.m.cs != nil {
+		v.m.cs.Close()
+	}
+	v.e.pybox("vm", "stop")
+}
+
+// series times k.WarmRuns calls of one program, one series, on v.
+func (v *warmVM) series(r *benchReport, k benchKnobs, prog string, args map[string]any, s warmSeries) {
+	var rtt, prepCPU, preload []float64
+	for i := 0; i < k.WarmRuns; i++ {
+		if s.think < 0 {
+			waitWarm(v.m.b, v.e)
+		}
+		time.Sleep(max(s.think, 0))
+		d, _ := v.m.call(args)
+		var wr warmReceipt
+		json.Unmarshal([]byte(v.m.lastText), &wr)
+		if wr.Execution.Status != "ok" {
+			continue
+		}
+		if (v.name == "warm") != wr.Execution.Box.Warm {
+			r.Notes = append(r.Notes, fmt.Sprintf("a %s call of %s ran in a %v box", v.name, prog, map[bool]string{true: "warm", false: "cold"}[wr.Execution.Box.Warm]))
+		}
+		rtt = append(rtt, d)
+		prepCPU = append(prepCPU, float64(wr.Execution.Box.PrepareCPUMS))
+		preload = append(preload, mib(wr.Execution.Memory.PreloadBytes))
+	}
+	note := "tools/call round trip"
+	if v.name == "warm" && len(prepCPU) > 0 {
+		note += fmt.Sprintf("; warming cost per call: CPU %s ms (median), preload held %s MiB", num(median(prepCPU)), num(median(preload)))
+	}
+	r.add(newFigure("warm", fmt.Sprintf("%s, %s, %s", prog, v.name, s.name), "ms", rtt, note))
 }
 
 // waitWarm waits until every image's warm box is ready.
