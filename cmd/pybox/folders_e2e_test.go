@@ -80,9 +80,7 @@ func TestDataAndOutputFolders(t *testing.T) {
 	e, sales, _, sums := foldersVM(t)
 	outDir := t.TempDir()
 	os.WriteFile(filepath.Join(outDir, "keep.txt"), []byte("the user's own\n"), 0o644)
-	// pandas over the 100 MB file takes about 10 s under TCG on idle
-	// cores, three times that on busy ones: its call may take 120 s.
-	c := e.rawClient(t, true, "--images", "stdlib,data", "--max-timeout", "120", "--data", "sales,hostile", "--output-dir", outDir)
+	c := e.rawClient(t, true, "--images", "stdlib,data", "--max-timeout", "30", "--data", "sales,hostile", "--output-dir", outDir)
 	c.initialize()
 	id := 0
 	call := func(args string) *mcpResult {
@@ -131,7 +129,7 @@ except OSError as e:
     print("write", errno.errorcode[e.errno])
 `
 		t0 := time.Now()
-		res := call(pyArgs(code, `,"image":"data","timeout_s":120,"data":["sales"],"files":`+string(files)))
+		res := call(pyArgs(code, `,"image":"data","timeout_s":30,"data":["sales"],"files":`+string(files)))
 		took := time.Since(t0)
 		if res.IsError || res.Execution.Status != wire.StatusOK || res.Execution.Cleanup.Status != wire.CleanupRemoved {
 			t.Fatalf("%s", res.Text)
