@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"time"
 )
@@ -136,16 +135,8 @@ func (v *warmVM) series(r *benchReport, k benchKnobs, prog string, args map[stri
 
 // waitWarm waits until every image's warm box is ready.
 func waitWarm(b *testing.B, e *vmEnv) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		out, _, _ := e.pybox("vm", "status")
-		if strings.Count(out, "ready for") >= 2 {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the warm boxes were not ready within 5 minutes:\n%s", out)
-		}
-		time.Sleep(500 * time.Millisecond)
+	for _, image := range []string{"stdlib", "data"} {
+		waitWarmReady(b, e.home, image)
 	}
 }
 

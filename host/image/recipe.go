@@ -56,7 +56,7 @@ type Recipe struct {
 	// (see WarmList); an image without its own inherits its base's.
 	Warm string `json:"warm,omitempty"`
 	// Preload lists the modules a warm box of the image imports before
-	// its program arrives (PreloadList); an image without its own
+	// its program arrives (wire.ImagePreloadFile); an image without its own
 	// inherits its base's.
 	Preload []string `json:"preload,omitempty"`
 	// Main names the packages `pybox image list` shows with their versions.

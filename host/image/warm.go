@@ -42,10 +42,6 @@ for p in sorted({os.path.realpath(p) for p in opened}):
         print("WARM " + p)
 `
 
-// PreloadList is the file, inside an image, that names the modules a warm
-// box imports before its program arrives.
-const PreloadList = wire.ImagePreloadFile
-
 // warmCode is the recipe's warm code, else its base's.
 func (bd *build) warmCode() string {
 	if bd.r.Warm != "" || bd.base == nil {
@@ -110,5 +106,5 @@ func (bd *build) warm(ctx context.Context) error {
 	for _, m := range bd.preload() {
 		list += m + "\n"
 	}
-	return os.WriteFile(filepath.Join(bd.tree, PreloadList), []byte(list), 0o644)
+	return os.WriteFile(filepath.Join(bd.tree, wire.ImagePreloadFile), []byte(list), 0o644)
 }

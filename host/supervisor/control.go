@@ -228,6 +228,13 @@ type Status struct {
 	Note    string            `json:"note,omitempty"`
 }
 
+// stopped is the status of a VM whose supervisor's lock was free (held
+// now as lock): not running, and what the last one left behind cleaned up.
+func stopped(d paths.VM, lock *os.File) *Status {
+	defer lock.Close()
+	return &Status{Cleaned: cleanup(d, nil), Note: lastExitNote(d)}
+}
+
 // GetStatus looks at the VM: a VM whose QEMU died is reported as not
 // running, and what it left behind is cleaned up.
 func GetStatus(home string) (*Status, error) {
@@ -243,8 +250,7 @@ func GetStatus(home string) (*Status, error) {
 		return nil, err
 	}
 	if free {
-		defer lock.Close()
-		return &Status{Cleaned: cleanup(d, nil), Note: lastExitNote(d)}, nil
+		return stopped(d, lock), nil
 	}
 	// A supervisor holds the lock but no state: it is starting (the
 	// state comes soon) or ending (its state is gone, the lock goes
@@ -253,8 +259,7 @@ func GetStatus(home string) (*Status, error) {
 	for deadline := time.Now().Add(3 * time.Second); (err != nil || st == nil) && time.Now().Before(deadline); st, err = ReadState(d) {
 		time.Sleep(50 * time.Millisecond)
 		if lock, free, _ := tryLock(d.Lock()); free {
-			defer lock.Close()
-			return &Status{Cleaned: cleanup(d, nil), Note: lastExitNote(d)}, nil
+			return stopped(d, lock), nil
 		}
 	}
 	if err != nil || st == nil {
