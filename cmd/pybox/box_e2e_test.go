@@ -388,6 +388,8 @@ var (
 	// sequence number; the one waiting now is not the one that waited
 	// before, but it takes the same place.
 	reWarmName = regexp.MustCompile(`warm-(.+?)-[0-9]+\b`)
+	// A warm box's /tmp belongs to its uid slot, which turns over.
+	reSlotIDs = regexp.MustCompile(`uid=[0-9]+,gid=[0-9]+`)
 )
 
 // readAgent reads the agent's status, mounts and cgroups.
@@ -415,7 +417,7 @@ func readAgent(t testing.TB, home string) *agentStats {
 	}
 	for _, l := range strings.Split(agentConsole(t, home, "mounts"), "\n") {
 		if f := strings.Fields(l); len(f) == 6 && strings.HasPrefix(f[1], "/") {
-			a.Mounts = append(a.Mounts, reWarmName.ReplaceAllString(l, "warm-$1"))
+			a.Mounts = append(a.Mounts, reSlotIDs.ReplaceAllString(reWarmName.ReplaceAllString(l, "warm-$1"), "uid=SLOT,gid=SLOT"))
 		}
 	}
 	for _, l := range strings.Split(agentConsole(t, home, "cgroups"), "\n") {
