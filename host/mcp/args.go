@@ -88,8 +88,8 @@ func parseArgs(raw []byte, o *Options) (*wire.Run, error) {
 
 // checkRun checks the bounds that need the whole request.
 func checkRun(r *wire.Run, o *Options) error {
-	if n := len(r.Code); n > wire.MaxCodeBytes {
-		return fmt.Errorf("code is %d UTF-8 bytes; the limit is %d", n, wire.MaxCodeBytes)
+	if err := wire.CheckCode(r.Code); err != nil {
+		return err
 	}
 	if !o.allows(r.Image) {
 		return fmt.Errorf("image %q is not allowed on this server: use one of %s", wire.EscapeName(r.Image), strings.Join(o.Images, ", "))

@@ -79,6 +79,7 @@ func TestParseArgsRefuses(t *testing.T) {
 		{"code null", `{"code":null}`, "code must be a string, not null"},
 		{"code an object", `{"code":{"a":1}}`, "code must be a string, not an object"},
 		{"code over the byte limit", `{"code":"` + strings.Repeat("é", wire.MaxCodeBytes/2+1) + `"}`, "65536"},
+		{"code with a NUL", `{"code":"print(1)\u0000"}`, "NUL character (U+0000)"},
 		{"files a string", `{"code":"x","files":"a.csv"}`, "files must be an array, not a string"},
 		{"files an object", `{"code":"x","files":{"name":"a","content":"b"}}`, "files must be an array, not an object"},
 		{"file a string", `{"code":"x","files":["a"]}`, "files[0] must be an object"},

@@ -103,11 +103,8 @@ func (r *Run) Check() error {
 	if err := CheckImageName(r.Image); err != nil {
 		return err
 	}
-	if !utf8.ValidString(r.Code) {
-		return errors.New("code is not valid UTF-8")
-	}
-	if len(r.Code) > MaxCodeBytes {
-		return fmt.Errorf("code is %d bytes; the limit is %d", len(r.Code), MaxCodeBytes)
+	if err := CheckCode(r.Code); err != nil {
+		return err
 	}
 	if err := CheckTimeout(r.TimeoutSeconds, MaxTimeoutSeconds); err != nil {
 		return err
@@ -122,6 +119,23 @@ func (r *Run) Check() error {
 		return errors.New("a byte bound is negative")
 	}
 	return CheckInputFiles(r.Files)
+}
+
+// CheckCode checks a program's source: UTF-8, at most MaxCodeBytes, and
+// no NUL character, which Python source cannot hold and a command line
+// (python3 -c) cannot carry.
+func CheckCode(code string) error {
+	if !utf8.ValidString(code) {
+		return errors.New("code is not valid UTF-8")
+	}
+	if len(code) > MaxCodeBytes {
+		return fmt.Errorf("code is %d UTF-8 bytes; the limit is %d", len(code), MaxCodeBytes)
+	}
+	if i := strings.IndexByte(code, 0); i >= 0 {
+		line := 1 + strings.Count(code[:i], "\n")
+		return fmt.Errorf("code holds a NUL character (U+0000) on line %d; Python source cannot contain one: write it as \"\\x00\" inside a string", line)
+	}
+	return nil
 }
 
 // CheckDataNames checks the data folders a run names: at most

@@ -22,6 +22,7 @@ func TestRunCheck(t *testing.T) {
 		"image upper":         func(r *Run) { r.Image = "Stdlib" },
 		"code too long":       func(r *Run) { r.Code = strings.Repeat("x", MaxCodeBytes+1) },
 		"code bad utf8":       func(r *Run) { r.Code = "\xff" },
+		"code with a NUL":     func(r *Run) { r.Code = "print('a')\nx = '\x00'\n" },
 		"timeout zero":        func(r *Run) { r.TimeoutSeconds = 0 },
 		"timeout negative":    func(r *Run) { r.TimeoutSeconds = -1 },
 		"timeout NaN":         func(r *Run) { r.TimeoutSeconds = math.NaN() },
@@ -40,6 +41,9 @@ func TestRunCheck(t *testing.T) {
 		if err := r.Check(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	if err := CheckCode("print(1)\nprint('\x00')"); err == nil || !strings.Contains(err.Error(), "NUL character (U+0000) on line 2") {
+		t.Errorf("a NUL: %v", err)
 	}
 	r := goodRun()
 	r.Code = strings.Repeat("é", MaxCodeBytes/2)
