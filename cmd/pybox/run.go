@@ -18,6 +18,7 @@ import (
 
 	"pybox/host/client"
 	"pybox/host/escape"
+	"pybox/host/mcp"
 	"pybox/host/outdir"
 	"pybox/shared/wire"
 )
@@ -87,10 +88,11 @@ func parseRun(args []string) (*runArgs, int, bool) {
 	fs := flags("run", "[flags] SCRIPT.py|-", `
 Run one Python program (a file, or - for stdin) in a fresh sealed box in
 the VM, print its stdout and stderr, and a short summary of the receipt on
-stderr. Files given with --file appear in /tmp/input/; with --out, what the
-program writes to /tmp/output/ is written into a new directory DIR/RUN_ID/
-(plain names only, never outside it, nothing overwritten; names starting
-with a dot only with --out-dotfiles). On a terminal, control characters in
+stderr. Files given with --file appear in /tmp/input/, and data folders
+named with --data at /data/NAME (read-only, up to 1 GiB together); with
+--out, what the program writes to /tmp/output/ is written into a new
+directory DIR/RUN_ID/ (plain names only, never outside it, nothing
+overwritten; names starting with a dot only with --out-dotfiles). On a terminal, control characters in
 the program's output (escape sequences that could act on the terminal) are
 shown escaped, as \x1b or \u{202e}; --raw passes them through. Exit status
 0 only when the program succeeded and its box was removed (cleanup
@@ -100,8 +102,9 @@ it.`)
 	image := fs.String("image", "stdlib", "the image to run in")
 	timeout := fs.Float64("timeout", wire.DefaultTimeoutSeconds, "wall timeout in seconds (at most 30)")
 	maxOut := fs.Int("max-output-bytes", wire.DefaultOutputBytes, "bytes kept of each of stdout and stderr (1–8192)")
-	var files inputFiles
+	var files, data inputFiles
 	fs.Var(&files, "file", "put this file in /tmp/input/ (repeatable)")
+	fs.Var(&data, "data", "let the box see the VM's data folder `NAME` read-only at /data/NAME (repeatable; pybox vm start --data NAME=DIR shares it)")
 	fs.StringVar(&ra.out, "out", "", "write returned files from /tmp/output/ into a new directory DIR/RUN_ID/")
 	fs.BoolVar(&ra.dotfiles, "out-dotfiles", false, "with --out, also write returned files whose names start with a dot")
 	fs.BoolVar(&ra.asJSON, "json", false, "print the whole result (receipt and files) as JSON")
@@ -122,6 +125,12 @@ it.`)
 	if ra.out != "" {
 		// --out gets every file whole, not only what fits in a result.
 		ra.run.Deliver = &wire.Deliver{MaxBytes: wire.DefaultTmpBytes}
+	}
+	for _, n := range data {
+		ra.run.Data = append(ra.run.Data, wire.DataFolder{Name: n})
+	}
+	if len(data) > 0 {
+		ra.run.MaxDataBytes = mcp.DefaultMaxDataBytes
 	}
 	for _, p := range files {
 		b, err := readLimited(p, wire.MaxInputBytes)
