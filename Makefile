@@ -26,10 +26,10 @@ LIBDIR := $(DESTDIR)$(PREFIX)/lib/pybox/$(ARCH)
 GUEST_FILES := $(KERNEL_FILE) initramfs.cpio manifest.json
 HOST_LDFLAGS := -X pybox/host/version.Version=$(VERSION) -X pybox/host/version.Commit=$(COMMIT)
 guest_ldflags = -s -w -buildid= -X pybox/guest/agent.Version=$(1) -X pybox/guest/agent.Commit=$(COMMIT)
-# The Go files and what they embed (//go:embed: the box's waiter.py, the
-# compiled seccomp policies, the image recipes): a change to any of them
-# rebuilds the binaries.
-GO_SOURCES := $(shell find . \( -name '*.go' -o -name '*.py' -o -name '*.bpf' -o -path './host/image/recipes/*.json' \) \
+# The Go files and what they embed (//go:embed: the warm box's launcher
+# source, the compiled seccomp policies, the image recipes): a change to
+# any of them rebuilds the binaries.
+GO_SOURCES := $(shell find . \( -name '*.go' -o -name '*.c' -o -name '*.bpf' -o -path './host/image/recipes/*.json' \) \
 	-not -path './build/*' -not -path '*/node_modules/*' -not -path '*/testdata/*' 2>/dev/null) go.mod go.sum
 
 .PHONY: all pybox guest bench-guest kernel kernel-arm64 guest-arm64 manifest images install uninstall dist deps test check typecheck-darwin sign fuzz bench demo clean help FORCE

@@ -25,6 +25,8 @@ packages=(
   # make bench: the alternatives PyBox is measured against, and the host
   # floor's pandas
   bubblewrap runsc python3-pandas
+  # the warm box launcher's own test compiles it against this machine's Python
+  libpython3-dev
 )
 # The end-to-end tests' MCP clients from npm (the TypeScript SDK, and the
 # agent CLIs with the Node.js 22 they run on) need npm and a Node.js to run

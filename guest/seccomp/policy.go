@@ -247,7 +247,7 @@ var Policy = []Rule{
 	allow("getsid", "session"),
 	allow("setsid", "new session (subprocess start_new_session)"),
 	allow("capget", "read capabilities (all zero)"),
-	allow("prctl", "thread names and process flags; the options that matter need capabilities the box lacks"),
+	allow("prctl", "thread names and process flags; PR_SET_MM_MAP edits only the caller's own memory-map bookkeeping (a warm box's command line), the other options that matter need capabilities the box lacks"),
 	allow("arch_prctl", "thread pointer (amd64 TLS setup)"),
 	allow("set_tid_address", "thread start-up (glibc)"),
 	allow("set_robust_list", "thread start-up (glibc)"),

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"pybox/shared/launcher"
 	"pybox/shared/wire"
 )
 
@@ -209,6 +210,7 @@ type keyInput struct {
 	Wheels     []Wheel  `json:"wheels"`
 	Adds       []addKey `json:"adds"`
 	Epoch      int64    `json:"source_date_epoch"`
+	Launcher   string   `json:"launcher_sha256"` // the warm box's launcher source, compiled into every image
 }
 
 // addKey is an Add without where the files came from: the same content
@@ -226,7 +228,7 @@ func (r *Recipe) Key(baseDigest, sourcesSHA256 string) string {
 	in := keyInput{
 		Builder: BuilderVersion, Name: r.Name, BaseDigest: baseDigest, Suite: r.Suite, Sources: sourcesSHA256,
 		Apt: sortedSet(r.Apt), Strip: sortedSet(r.Strip.Packages), Check: r.Check, Warm: r.Warm, Preload: r.Preload, Main: r.Main,
-		Wheels: r.Wheels, Epoch: r.SourceDateEpoch,
+		Wheels: r.Wheels, Epoch: r.SourceDateEpoch, Launcher: launcher.SourceSHA256(),
 	}
 	for _, a := range r.Adds {
 		in.Adds = append(in.Adds, addKey{a.Dest, a.SHA256})

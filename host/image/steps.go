@@ -63,6 +63,8 @@ var steps = []step{
 		func(bd *build) string { return strconv.Itoa(len(bd.r.Adds)) + " local files or directories" }},
 	{"compile", always, (*build).compile,
 		func(*build) string { return "byte-compile, unchecked-hash .pyc (the image is read-only)" }},
+	{"launcher", always, (*build).launcher,
+		func(*build) string { return "the warm box's launcher, compiled against the image's Python" }},
 	{"fontcache", always, (*build).fontCache,
 		func(*build) string { return "matplotlib's font cache into " + mplConfigDir }},
 	{"check", always, (*build).check,

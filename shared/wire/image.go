@@ -14,7 +14,7 @@ const ImageAboutFile = "/usr/share/pybox/image.json"
 
 // ImagePreloadFile is the file, inside an image, that names the modules
 // a warm box imports before its program arrives, one a line, in order:
-// the image builder writes it, the box's waiter imports them, the agent
+// the image builder writes it, the box's launcher imports them, the agent
 // reads it to know which module a warming box is at.
 const ImagePreloadFile = "/usr/share/pybox/preload"
 
