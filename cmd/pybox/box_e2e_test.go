@@ -537,7 +537,7 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 		r := runPy(t, e, "import os\nfor k in sorted(os.environ): print(k + '=' + os.environ[k])\n", "--timeout", "10")
 		rc := expectEnd(t, r, wire.StatusOK)
 		env := strings.Split(strings.TrimSuffix(rc.Capture.StdoutText, "\n"), "\n")
-		for _, want := range []string{"HOME=/tmp", "LANG=C.UTF-8", "OPENBLAS_NUM_THREADS=2", "PATH=/usr/local/bin:/usr/bin:/bin"} {
+		for _, want := range []string{"HOME=/tmp", "LANG=C.UTF-8", "OPENBLAS_NUM_THREADS=1", "PATH=/usr/local/bin:/usr/bin:/bin"} {
 			if !slices.Contains(env, want) {
 				t.Errorf("the environment lacks %s: %q", want, env)
 			}

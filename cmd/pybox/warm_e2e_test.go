@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,9 @@ var equivalence = []struct {
 import os, sys, signal, resource, threading, stat
 m = sys.modules["__main__"]
 print("main", sorted(k for k in vars(m)), m.__name__, m.__spec__, m.__package__, getattr(m, "__file__", None))
-print("argv", sys.argv, sys.orig_argv[:-1], sys.orig_argv[-1].startswith("\nimport os, sys, signal"))
+print("argv", sys.argv, sys.orig_argv, sys.executable)
+print("cmdline", open("/proc/self/cmdline", "rb").read())
+print("environ", sorted(open("/proc/self/environ", "rb").read().split(b"\0")))
 print("flags", sys.flags.isolated, sys.flags.dont_write_bytecode, sys.flags.no_user_site, sys.flags.ignore_environment)
 print("stdin", repr(sys.stdin.read()), stat.S_ISCHR(os.fstat(0).st_mode), sys.stdin.isatty())
 print("fds", sorted(int(f) for f in os.listdir("/proc/self/fd")))
@@ -48,7 +51,7 @@ print("rlimits", [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resour
 print("threads", threading.active_count(), "umask", os.umask(0o22))
 print("status", [l for l in open("/proc/self/status") if l.split(":")[0] in ("CapEff", "NoNewPrivs", "Seccomp", "Uid", "Threads")])
 print("modules", " ".join(sorted(sys.modules)))
-`, nil},
+`, []string{"--max-output-bytes", "8192"}},
 	{"an uncaught exception", "def f():\n    raise ValueError('boom')\nf()\n", nil},
 	{"a syntax error", "x = (1,\nprint('never')\n", nil},
 	{"sys.exit with a code", "import sys\nprint('out')\nsys.exit(3)\n", nil},
@@ -69,7 +72,27 @@ print("modules", " ".join(sorted(sys.modules)))
 	{"interleaved streams", "import sys\nfor i in range(5):\n    print('out', i, flush=True); print('err', i, file=sys.stderr, flush=True)\n", nil},
 	{"large and non-UTF-8 output", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe' + b'y' * 20000)\nsys.stderr.write('z' * 9000)\n", []string{"--max-output-bytes", "100"}},
 	{"input and output files", "import shutil\nprint(open('/tmp/input/in.txt').read())\nshutil.copy('/tmp/input/in.txt', '/tmp/output/copy.txt')\n", []string{"--file", "@in.txt"}},
+	// The program's frame is the bottom of its stack, as -c makes it.
+	{"the stack", "import sys, inspect, traceback\nf = sys._getframe()\nwhile f:\n    print(f.f_code.co_filename, f.f_code.co_name, f.f_lineno); f = f.f_back\nprint(len(inspect.stack()))\ntraceback.print_stack()\n", nil},
+	{"a faulthandler dump", "import faulthandler, sys\ndef f():\n    faulthandler.dump_traceback(sys.stdout)\nf()\n", nil},
+	{"the recursion depth", "n = 0\ndef f():\n    global n\n    n += 1\n    f()\ntry:\n    f()\nexcept RecursionError:\n    print(n)\n", nil},
+	{"a warning's stacklevel", "import warnings\ndef g():\n    warnings.warn('from g', stacklevel=2)\ng()\nwarnings.warn('top', stacklevel=2)\nprint(__warningregistry__)\n", nil},
+	{"the collector", "import gc\nprint(gc.get_stats(), gc.get_count()[1:], gc.get_threshold(), gc.collect(), gc.garbage, gc.isenabled())\n", nil},
+	{"what the process was given", "import os, sys, resource\nprint(len(os.listdir('/proc/self/task')), resource.getrusage(resource.RUSAGE_CHILDREN))\nprint(sys.stdin.seekable(), os.readlink('/proc/self/fd/0'), os.readlink('/proc/self/exe'))\nimport warnings\nprint(warnings.filters)\n", nil},
+	{"KeyboardInterrupt", "raise KeyboardInterrupt\n", nil},
+	{"__del__ using a module at exit", "import os\nclass D:\n    def __del__(self):\n        print('del', os.getpid() > 0, os.sep)\nd = D()\n", nil},
+	{"a file left open in a cycle", "class C: pass\nc = C(); c.me = c\nc.f = open('/tmp/output/cycle.txt', 'w'); c.f.write('written from a cycle')\ndel c\n", nil},
+	{"a file left open in another module", "import json\njson.f = open('/tmp/output/module.txt', 'w'); json.f.write('written from json')\n", nil},
+	{"os._exit replaced", "import os, sys\nos._exit = lambda c: None\nsys.exit(3)\n", nil},
+	{"builtins.__import__ replaced", "import builtins\nbuiltins.__import__ = None\nprint('x')\nraise SystemExit(4)\n", nil},
+	{"gc.collect replaced", "import gc\ngc.collect = None\nclass C:\n    def __del__(self): print('collected')\nc = C(); c.me = c\ndel c\n", nil},
+	{"sys.modules['atexit'] replaced", "import sys, atexit\natexit.register(print, 'registered')\nsys.modules['atexit'] = None\n", nil},
+	{"an unraisable exception", "class X:\n    def __del__(self): raise ValueError('in del')\nx = X(); del x\nprint('after')\n", nil},
 }
+
+// address is an object's address in a repr or a thread's id in a dump:
+// random in every process.
+var address = regexp.MustCompile(`0x[0-9a-f]{6,}`)
 
 // comparable is a receipt with what may differ between a warm and a cold
 // box (times, memory, the box, the ids that name the run) taken out.
@@ -78,8 +101,17 @@ func comparable(rc *wire.Receipt) string {
 	c.RunID, c.WallMS, c.CPU, c.Memory, c.Box, c.Agent = "", 0, wire.CPUTime{}, wire.Memory{}, nil, wire.AgentInfo{}
 	c.Posture = nil
 	c.Image.Digest = ""
+	out, errOut := address.ReplaceAllString(c.Capture.StdoutText, "0x…"), address.ReplaceAllString(c.Capture.StderrText, "0x…")
+	// An address's length varies: the byte counts of a stream that
+	// held one are not compared.
+	if out != c.Capture.StdoutText {
+		c.Capture.Stdout.Bytes, c.Capture.Stdout.KeptBytes = 0, 0
+	}
+	if errOut != c.Capture.StderrText {
+		c.Capture.Stderr.Bytes, c.Capture.Stderr.KeptBytes = 0, 0
+	}
 	return fmt.Sprintf("%s|%s|%v|%s|%+v|%q|%q|%+v|%+v", c.Status, c.Reason, deref(c.ExitCode), c.Signal, c.Capture.Stdout,
-		c.Capture.StdoutText, c.Capture.StderrText, c.Capture.Stderr, c.Output)
+		out, errOut, c.Capture.Stderr, c.Output)
 }
 
 // modulesLine reads a "modules ..." line of the program's output, and
@@ -142,6 +174,25 @@ func TestWarmEquivalence(t *testing.T) {
 		}
 	})
 
+	// Code holding a NUL is refused before anything runs, the same way
+	// whatever box would have run it.
+	t.Run("a NUL in the code", func(t *testing.T) {
+		prog := filepath.Join(t.TempDir(), "nul.py")
+		os.WriteFile(prog, []byte("print('before')\nx = '\x00'\n"), 0o644)
+		var said []string
+		for _, e := range []*vmEnv{warm, cold} {
+			e.t = t
+			out, errOut, code := e.pybox("run", prog)
+			if code != exitUsage || out != "" || !strings.Contains(errOut, "NUL character (U+0000) on line 2") {
+				t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+			}
+			said = append(said, errOut)
+		}
+		if said[0] != said[1] {
+			t.Errorf("warm and cold VMs refused it differently:\n%s\n%s", said[0], said[1])
+		}
+	})
+
 	in := filepath.Join(t.TempDir(), "in.txt")
 	os.WriteFile(in, []byte("input text\n"), 0o644)
 	for _, c := range equivalence {
@@ -186,6 +237,116 @@ func TestWarmEquivalence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dataEquivalence are data-image programs, with a data folder, whose
+// receipts must agree warm and cold: what numpy, pandas and matplotlib
+// do when imported (a preloaded warm box did it before the program) is
+// there only for a program that imports them.
+var dataEquivalence = []struct{ name, code string }{
+	{"a program that imports nothing", `import os, resource, warnings, threading
+print("threads", len(os.listdir("/proc/self/task")), threading.active_count())
+print("children", resource.getrusage(resource.RUSAGE_CHILDREN))
+print("filters", warnings.filters)
+print("environ", sorted(open("/proc/self/environ", "rb").read().split(b"\0")))
+`},
+	{"a program that imports numpy", `import numpy, os, warnings
+print("threads", len(os.listdir("/proc/self/task")))
+print("filters", len(warnings.filters), warnings.filters[:4])
+print(numpy.arange(10).sum(), numpy.linalg.inv(numpy.eye(3)).trace())
+`},
+	{"pandas on a data folder", `import pandas as pd
+df = pd.read_csv("/data/sales/sales.csv")
+print(df.groupby("region")["units"].sum().to_dict())
+try:
+    open("/data/sales/new.csv", "w")
+except OSError as e:
+    print("write:", type(e).__name__, e.errno)
+`},
+	// The host ids a box's root maps to differ from box to box (its
+	// slot), warm or cold: the tmpfs options show them.
+	{"the data folder's mounts", `import os, re
+st = os.stat("/data")
+print(oct(st.st_mode), st.st_uid, st.st_gid, os.listdir("/data"), sorted(os.listdir("/data/sales")))
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    if f[4].startswith("/data"):
+        sep = f.index("-")
+        print(f[3], f[4], f[5], f[6:sep], f[sep + 1:sep + 3], re.sub(r"(uid|gid)=\d+", r"\1=(slot)", f[sep + 3]))
+`},
+	{"a matplotlib chart", `import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+fig = plt.figure(); plt.plot([1, 3, 2]); fig.savefig("/tmp/output/chart.png")
+print(len(plt.get_fignums()))
+`},
+}
+
+// A call on the data image takes a warm box, data folders included, and
+// its program sees what a cold box's sees: the same output for the
+// table above, and the same memory it may allocate.
+func TestWarmEquivalenceData(t *testing.T) {
+	folder := t.TempDir()
+	csv := "region,units\n"
+	for i := range 200 {
+		csv += fmt.Sprintf("%s,%d\n", []string{"north", "south", "east"}[i%3], i)
+	}
+	os.WriteFile(filepath.Join(folder, "sales.csv"), []byte(csv), 0o644)
+	os.Mkdir(filepath.Join(folder, "sub"), 0o755)
+	start := func(warmBoxes string) *vmEnv {
+		e := newVMEnv(t)
+		linkImages(t, e, "stdlib", "data")
+		e.mustStart("--images", "stdlib,data", "--memory", "1024", "--warm", warmBoxes, "--data", "sales="+folder)
+		return e
+	}
+	warm, cold := start("1"), start("0")
+	flags := []string{"--image", "data", "--data", "sales", "--timeout", "30"}
+	for _, c := range dataEquivalence {
+		t.Run(c.name, func(t *testing.T) {
+			fl := flags
+			if strings.Contains(c.code, "/tmp/output/") {
+				fl = append(slices.Clone(flags), "--out", t.TempDir())
+			}
+			waitWarmReady(t, warm.home, "data")
+			w := runPy(t, warm, c.code, fl...).receipt(t)
+			k := runPy(t, cold, c.code, fl...).receipt(t)
+			if w.Box == nil || !w.Box.Warm {
+				t.Fatalf("the warm VM ran it cold: %+v", w.Box)
+			}
+			if w.Status != wire.StatusOK || w.Cleanup.Status != wire.CleanupRemoved || k.Cleanup.Status != wire.CleanupRemoved {
+				t.Errorf("warm %s (%s), cleanup warm %+v, cold %+v\n%s", w.Status, w.Reason, w.Cleanup, k.Cleanup, w.Capture.StderrText)
+			}
+			if cw, ck := comparable(w), comparable(k); cw != ck {
+				t.Errorf("warm and cold disagree:\nwarm: %s\ncold: %s", cw, ck)
+			}
+		})
+	}
+
+	// What a program can allocate before the OOM killer ends it: the
+	// preload's memory is on top of a cold box's limit, its page cache
+	// not.
+	t.Run("memory a program can allocate", func(t *testing.T) {
+		const grab = "held = []\nwhile True:\n    held.append(bytearray(4 << 20))\n    print(len(held) * 4, flush=True)\n"
+		most := func(e *vmEnv) (int, *wire.Receipt) {
+			waitWarmReady(t, warm.home, "data")
+			rc := runPy(t, e, grab, flags...).receipt(t)
+			lines := strings.Fields(rc.Capture.StdoutText)
+			if rc.Status != wire.StatusOOM || len(lines) == 0 {
+				t.Fatalf("status %s (%s), stdout %.200q", rc.Status, rc.Reason, rc.Capture.StdoutText)
+			}
+			n, _ := strconv.Atoi(lines[len(lines)-1])
+			return n, rc
+		}
+		w, wr := most(warm)
+		k, _ := most(cold)
+		t.Logf("allocated before the OOM kill: warm %d MiB (preload %d MiB, limit %d MiB), cold %d MiB",
+			w, wr.Memory.PreloadBytes>>20, wr.Memory.LimitBytes>>20, k)
+		if wr.Box == nil || !wr.Box.Warm || w < k-16 || w > k+16 {
+			t.Errorf("warm %d MiB, cold %d MiB: a warm box's program may allocate what a cold box's may, within 16 MiB", w, k)
+		}
+	})
+	expectClean(t, warm)
+	expectClean(t, cold)
 }
 
 // Values that a box made by forking one template would repeat differ
@@ -321,9 +482,10 @@ func TestWarmPreloadFails(t *testing.T) {
 	dir := t.TempDir()
 	modules := map[string]string{
 		"pybox_slow.py":     "import time\ntime.sleep(3)\n",
+		"pybox_slower.py":   "import time\ntime.sleep(6)\n",
 		"pybox_rootonly.py": "import os\nif os.getuid() != 0:\n    raise ImportError('this module imports only as root')\n",
 	}
-	args := []string{"image", "build", "rootonly", "--from", "stdlib", "--preload", "json,pybox_slow,pybox_rootonly"}
+	args := []string{"image", "build", "rootonly", "--from", "stdlib", "--preload", "json,pybox_slow,pybox_slower,pybox_rootonly"}
 	for name, src := range modules {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
@@ -336,7 +498,7 @@ func TestWarmPreloadFails(t *testing.T) {
 	}
 	e.mustStart("--images", "stdlib,rootonly", "--memory", "1024")
 
-	const probe = "import sys\nprint(sorted(m for m in ('json', 'pybox_slow', 'pybox_rootonly') if m in sys.modules))\n"
+	const probe = "import sys\nprint(sorted(m for m in ('json', 'pybox_slow', 'pybox_slower', 'pybox_rootonly') if m in sys.modules))\n"
 	// At once: the box warmed at boot is still in its preload. The
 	// program imports pybox_slow too, so it takes the box as it is.
 	rc := runPy(t, e, "import sys\nbefore = sorted(m for m in ('json', 'pybox_slow', 'pybox_rootonly') if m in sys.modules)\nimport pybox_slow\nprint(before)\n",
@@ -361,6 +523,20 @@ func TestWarmPreloadFails(t *testing.T) {
 	rc = runPy(t, e, probe, "--image", "rootonly", "--timeout", "10").receipt(t)
 	if rc.Status != wire.StatusOK || rc.Box == nil || rc.Box.Warm || !strings.Contains(rc.Box.Fallback, "still importing pybox_slow, which the program does not import") || rc.Capture.StdoutText != "[]\n" {
 		t.Errorf("the call that needs nothing of the preload: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.StdoutText)
+	}
+
+	// The same box, importing pybox_slower (six seconds): a program that
+	// imports it waits for that import, longer than any one exchange of
+	// the hand-over may take, and runs warm.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(agentConsole(t, e.home, "warm"), "importing pybox_slower"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the box never reached pybox_slower: %q", agentConsole(t, e.home, "warm"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rc = runPy(t, e, "import pybox_slower\n"+probe, "--image", "rootonly", "--timeout", "10").receipt(t)
+	if rc.Status != wire.StatusOK || rc.Box == nil || !rc.Box.Warm || rc.Capture.StdoutText != "['json', 'pybox_slow', 'pybox_slower']\n" {
+		t.Errorf("the call that waited for pybox_slower: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.StdoutText)
 	}
 
 	failures := func() int {

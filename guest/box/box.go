@@ -432,18 +432,12 @@ func (rn *run) execute(ctx context.Context) {
 	rn.enter(phaseSetup)
 	// A warm box of the image, if there is one (waiting for it while it
 	// warms, within the setup's allowance); a cold one otherwise.
-	// A run that names data folders needs a box made for it: box-init
-	// binds them before it seals the box.
-	if len(rn.req.Data) > 0 {
-		rn.rec.Box = &wire.BoxInfo{Fallback: "it names data folders, which are bound into a box as it is made"}
-	} else {
-		by := rn.at.begun.Add(wire.SetupAllowance - time.Second)
-		wb, why := rn.b.takeWarm(ctx, rn.req.Image, rn.req.Code, by)
-		if wb != nil {
-			rn.takeOver(ctx, wb, by)
-		} else if why != "" {
-			rn.rec.Box = &wire.BoxInfo{Fallback: why}
-		}
+	by := rn.at.begun.Add(wire.SetupAllowance - time.Second)
+	wb, why := rn.b.takeWarm(ctx, rn.req.Image, rn.req.Code, by)
+	if wb != nil {
+		rn.takeOver(ctx, wb, by)
+	} else if why != "" {
+		rn.rec.Box = &wire.BoxInfo{Fallback: why}
 	}
 	if rn.warm == nil {
 		if rn.rec.Box == nil {
@@ -531,11 +525,18 @@ func (b *Box) childConfig(image, tmp string, argv []string, data []wire.DataFold
 		Root: root, Staging: tmp, Argv: argv, Env: programEnv(runtime.GOARCH, b.cfg.Accel),
 		AgentNS: b.agentNS, UID: programID, GID: programID, FileSizeMax: tmpBytes,
 	}
-	for _, d := range data {
-		cfg.Data = append(cfg.Data, dataMount{Name: d.Name, Source: b.paths.data + "/" + d.Name})
-	}
+	cfg.Data = b.dataMounts(data)
 	cfg.SkipPosture, cfg.SkipSeccomp = b.skips()
 	return cfg
+}
+
+// dataMounts are where the agent has the data folders a run names.
+func (b *Box) dataMounts(data []wire.DataFolder) []dataMount {
+	var out []dataMount
+	for _, d := range data {
+		out = append(out, dataMount{Name: d.Name, Source: b.paths.data + "/" + d.Name})
+	}
+	return out
 }
 
 // startedAt is when the program started: box-init's good posture for a
@@ -581,9 +582,13 @@ func programEnv(goarch, accel string) []string {
 		"TMPDIR=/tmp",
 		"LANG=C.UTF-8",
 		"MPLCONFIGDIR=/tmp/" + mplConfig,
-		// The box has few CPUs and 128 processes; BLAS threads beyond
-		// two only contend.
-		"OPENBLAS_NUM_THREADS=2",
+		// One BLAS thread, the program's own: OpenBLAS starts its
+		// worker threads when numpy loads it, so with more a warm box
+		// (numpy preloaded) would run threads under a program that
+		// never imported numpy, and a cold one would not. The box has
+		// few CPUs, and the small arrays programs here use gain little
+		// from a second.
+		"OPENBLAS_NUM_THREADS=1",
 		"PYTHONDONTWRITEBYTECODE=1",
 	}
 	if goarch == "amd64" && accel != "kvm" {

@@ -165,6 +165,21 @@ func (c *runCgroup) waitEmpty(d time.Duration) error {
 	}
 }
 
+// unreclaimable is what the cgroup holds that its processes cannot give
+// back under its limit: memory.current less the page cache of files
+// (memory.stat "file" less "shmem", which, without swap, stays).
+func (c *runCgroup) unreclaimable() (int64, error) {
+	cur, err := c.read("memory.current")
+	if err != nil {
+		return 0, err
+	}
+	st, err := readKV(filepath.Join(c.dir, "memory.stat"))
+	if err != nil {
+		return 0, err
+	}
+	return cur - max(0, st["file"]-st["shmem"]), nil
+}
+
 // cgroupStats is what the receipt takes from the cgroup.
 type cgroupStats struct {
 	memoryPeak int64

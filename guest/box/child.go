@@ -160,8 +160,12 @@ func ChildMain() {
 		os.Exit(exitSetup)
 	}
 
-	pid, err := startProgram(cfg.Argv, cfg.Env)
+	pid, err := startProgram(cfg.Argv, cfg.Env, cfg.Control)
 	must("start program", err)
+	if cfg.Control {
+		// The socket is the launcher's alone now.
+		unix.Close(controlFD)
+	}
 	ws := reapUntil(pid)
 	status := uint32(ws)
 	sendReport(rep, report{WaitStatus: &status})
@@ -248,7 +252,7 @@ func mountData(dir string, data []dataMount) error {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return errors.New("this image has no /data to mount data folders on: rebuild it with this pybox (pybox image build NAME)")
 	}
-	if err := mount("pybox-data", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=16k,nr_inodes=64"); err != nil {
+	if err := mount("pybox-data", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, dataTmpfsOptions); err != nil {
 		return err
 	}
 	for _, d := range data {
@@ -265,8 +269,12 @@ func mountData(dir string, data []dataMount) error {
 			return err
 		}
 	}
-	return mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=16k,nr_inodes=64")
+	return mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, dataTmpfsOptions)
 }
+
+// dataTmpfsOptions are those of the small tmpfs at /data that holds the
+// data folders' mount points.
+const dataTmpfsOptions = "mode=0755,size=16k,nr_inodes=64"
 
 // procMask is a path of /proc the box must not use: a directory made
 // read-only, or a file covered with /dev/null.
@@ -410,17 +418,22 @@ func clearCapabilities() error {
 	return unix.Capset(&hdr, &data[0])
 }
 
-// execProgram looks argv[0] up in the box's PATH and execs it.
-func startProgram(argv, env []string) (int, error) {
+// startProgram looks argv[0] up in the box's PATH and starts it, with
+// box-init's fds 0-2 and, for a warm box, the agent's socket as fd 3.
+func startProgram(argv, env []string, control bool) (int, error) {
 	path := "/usr/local/bin:/usr/bin:/bin"
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
 		}
 	}
-	// Only fds 0, 1 and 2 are passed on; every other descriptor is
-	// close-on-exec (see "close descriptors").
-	attr := &syscall.ProcAttr{Dir: "/tmp", Env: env, Files: []uintptr{0, 1, 2}}
+	// Only fds 0, 1 and 2 are passed on (and a warm box's socket);
+	// every other descriptor is close-on-exec (see "close descriptors").
+	files := []uintptr{0, 1, 2}
+	if control {
+		files = append(files, controlFD)
+	}
+	attr := &syscall.ProcAttr{Dir: "/tmp", Env: env, Files: files}
 	err := error(unix.ENOENT)
 	for _, dir := range strings.Split(path, ":") {
 		pid, e := syscall.ForkExec(dir+"/"+argv[0], argv, attr)

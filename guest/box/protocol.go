@@ -10,8 +10,9 @@ import (
 
 // Descriptors box-init is started with, beside stdin, stdout and stderr.
 const (
-	configFD = 3 // read: childConfig as JSON, then end of file
-	reportFD = 4 // write: report lines; close-on-exec
+	configFD  = 3 // read: childConfig as JSON, then end of file
+	reportFD  = 4 // write: report lines; close-on-exec
+	controlFD = 5 // a warm box's: the agent's socket, the program's fd 3 (launcher.ControlFD)
 )
 
 // programID is the program's uid and gid inside the box.
@@ -51,6 +52,9 @@ type childConfig struct {
 	GID     int               `json:"gid"`
 	// Data are the data folders to bind, read-only, at /data/<name>.
 	Data []dataMount `json:"data,omitempty"`
+	// Control: box-init has the agent's socket on controlFD, and the
+	// program (a warm box's launcher) gets it as its fd 3.
+	Control bool `json:"control,omitempty"`
 	// FileSizeMax is RLIMIT_FSIZE: no file the program writes may be
 	// larger than its /tmp could hold, so that no sparse file is far
 	// larger than the space it takes.

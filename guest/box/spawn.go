@@ -45,6 +45,7 @@ type spawnSpec struct {
 	cgroupFD int // < 0: no cgroup (tests)
 	ids      hostIDs
 	stdin    *os.File // the program's fd 0; nil: /dev/null
+	control  *os.File // a warm box's socket to the agent, box-init's controlFD; nil: none
 	maxOut   int      // bytes kept of stdout and of stderr
 }
 
@@ -117,10 +118,14 @@ func spawn(sp spawnSpec) (*boxProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	files := []*os.File{stdin, outW, errW, cfgR, repW} // fds 0–4
+	if sp.control != nil {
+		files = append(files, sp.control) // controlFD
+	}
 	p, err := os.StartProcess(sp.exe, []string{"box-init", "box-init"}, &os.ProcAttr{
 		Dir:   "/",
 		Env:   []string{},
-		Files: []*os.File{stdin, outW, errW, cfgR, repW}, // fds 0–4
+		Files: files,
 		Sys:   sysProcAttr(sp.cgroupFD, sp.ids),
 	})
 	if err != nil {

@@ -4,7 +4,6 @@ package box
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/shared/launcher"
 	"pybox/shared/wire"
 )
 
@@ -29,18 +29,21 @@ import (
 // random states are its own. The agent keeps one for each image; when a
 // run takes it, the next one starts warming at once, at a tenth of a
 // run's CPU weight. A run that comes while its box still warms takes it
-// as it is: the waiter looks for a program before each module of the
+// as it is: the launcher looks for a program before each module of the
 // list, so the run waits at most for the import in progress.
 //
-// The waiting interpreter's only channel is its fd 0, one end of a unix
-// seqpacket socket whose other end the agent holds: the agent sends the
-// program's code with its stdout and stderr (fresh pipes, so that nothing
-// the preload printed reaches the program's capture); the waiter reports
-// the descriptors it holds, and on "go" replaces fd 0 with /dev/null and
-// runs the program as `python3 -I -B -c CODE` would (waiter.py).
-
-//go:embed waiter.py
-var waiterSource string
+// The python3 of a warm box is the image's own, started as a cold box's
+// is (`python3 -I -B -c` with a stand-in for the code, the same
+// environment) with the image's launcher in LD_PRELOAD (shared/launcher).
+// The launcher's only channel is fd 3, one end of a unix seqpacket socket
+// whose other end the agent holds: the agent sends the program's code with
+// its stdout and stderr (fresh pipes, so that nothing the preload printed
+// reaches the program's capture); the launcher reports the descriptors it
+// holds, and on "go" closes the socket and runs the program through
+// CPython's own Py_RunMain, as `python3 -I -B -c CODE` would, from the
+// state a fresh interpreter has (pybox-launch.c says what it puts back).
+// A run that names data folders has them bound into the waiting box
+// before "go", as box-init binds them into a cold one.
 
 // Bounds of warming.
 const (
@@ -51,7 +54,8 @@ const (
 	// warmFailures in a row make an image run cold until the VM restarts:
 	// a preload that fails fails again.
 	warmFailures = 3
-	// handOverLimit bounds each exchange with the waiter at the hand-over.
+	// handOverLimit bounds each exchange with the launcher at the
+	// hand-over, each from its own start.
 	handOverLimit = 5 * time.Second
 	// waitingOOMScore makes a waiting warm box the first the kernel's OOM
 	// killer takes, before any run.
@@ -60,22 +64,24 @@ const (
 
 // warmBox is one box warming or waiting.
 type warmBox struct {
-	id, image string
-	slot      int
-	cg        *runCgroup
-	st        *staging
-	proc      *boxProc
-	ctl       *os.File // the agent's end of the waiter's socket
-	wanted    []string // the image's preload list, in order
-	spawned   time.Time
-	readyAt   time.Time // under Box.mu until done closes
-	importing string    // under Box.mu: the module the preload is at
-	preloaded []string
-	made      chan struct{} // closed once the box exists (box-init spawned) or has failed
-	done      chan struct{} // closed once it is ready or has failed
-	taken     chan struct{} // closed when a run takes it
-	err       error         // why it failed; set before made or done closes
-	discarded bool          // under Box.mu: discard ran
+	id, image  string
+	slot       int
+	cg         *runCgroup
+	st         *staging
+	proc       *boxProc
+	ctl        *os.File // the agent's end of the launcher's socket
+	wanted     []string // the image's preload list, in order
+	fresh      int64    // what the box held that a program cannot free, once its interpreter was up (see unreclaimable)
+	spawned    time.Time
+	readyAt    time.Time // under Box.mu until done closes
+	importing  string    // under Box.mu: the module the preload is at
+	preloaded  []string
+	made       chan struct{} // closed once the box exists (box-init spawned) or has failed
+	preloading chan struct{} // closed once the launcher's interpreter is up and it may get the program
+	done       chan struct{} // closed once it is ready or has failed
+	taken      chan struct{} // closed when a run takes it
+	err        error         // why it failed; set before made or done closes
+	discarded  bool          // under Box.mu: discard ran
 }
 
 // pool is the Box's warm boxes, under Box.mu.
@@ -109,6 +115,11 @@ func (b *Box) replenish(image string) {
 	if !p.enabled || p.closed || p.boxes[image] != nil || p.failures[image] >= warmFailures || b.paths.cgroups == "" {
 		return
 	}
+	if fi, err := os.Lstat(b.paths.images + "/" + image + launcher.Path); err != nil || !fi.Mode().IsRegular() {
+		p.failures[image] = warmFailures
+		p.why[image] = "this image has no warm launcher (" + launcher.Path + "): it was built by an older pybox, or for a Python the launcher does not know; rebuild it (pybox image build NAME) to give it warm boxes"
+		return
+	}
 	slot := -1
 	for i, used := range b.slots {
 		if !used {
@@ -121,12 +132,12 @@ func (b *Box) replenish(image string) {
 	}
 	p.seq++
 	wb := &warmBox{id: fmt.Sprintf("warm-%s-%d", image, p.seq), image: image, slot: slot,
-		made: make(chan struct{}), done: make(chan struct{}), taken: make(chan struct{})}
+		made: make(chan struct{}), preloading: make(chan struct{}), done: make(chan struct{}), taken: make(chan struct{})}
 	p.boxes[image] = wb
 	go b.warmUp(wb)
 }
 
-// warmUp makes wb and waits until its waiter is ready, or discards it.
+// warmUp makes wb and waits until its launcher is ready, or discards it.
 func (b *Box) warmUp(wb *warmBox) {
 	wb.spawned = time.Now()
 	err := b.makeWarm(wb)
@@ -165,7 +176,8 @@ func (b *Box) warmUp(wb *warmBox) {
 }
 
 // makeWarm makes the box: cgroup (at the warm CPU weight), /tmp with no
-// input yet, and box-init with fd 0 the waiter's socket.
+// input yet, and box-init, which starts the image's python3 with the
+// launcher and gives it the agent's socket as fd 3.
 func (b *Box) makeWarm(wb *warmBox) error {
 	var err error
 	if wb.cg, err = makeCgroup(b.paths.cgroups, wb.id, cpuWeightWarm); err != nil {
@@ -182,19 +194,23 @@ func (b *Box) makeWarm(wb *warmBox) error {
 		return fmt.Errorf("socketpair: %w", err)
 	}
 	// The agent's end is non-blocking, so that its reads and writes have
-	// deadlines; the waiter's stays blocking, as a program's fd 0 is.
+	// deadlines; the launcher's stays blocking.
 	if err := unix.SetNonblock(pair[0], true); err != nil {
 		unix.Close(pair[0])
 		unix.Close(pair[1])
 		return err
 	}
-	wb.ctl = os.NewFile(uintptr(pair[0]), "waiter")
-	boxEnd := os.NewFile(uintptr(pair[1]), "waiter")
+	wb.ctl = os.NewFile(uintptr(pair[0]), "launcher")
+	boxEnd := os.NewFile(uintptr(pair[1]), "launcher")
 	defer boxEnd.Close()
-	cfg := b.childConfig(wb.image, wb.st.tmp, []string{"python3", "-I", "-B", "-c", waiterSource}, nil)
+	cfg := b.childConfig(wb.image, wb.st.tmp, []string{"python3", "-I", "-B", "-c", launcher.StandIn}, nil)
+	// Last, so that the launcher can drop it from the environment the
+	// kernel shows without moving anything else.
+	cfg.Env = append(cfg.Env, launcher.Env)
+	cfg.Control = true
 	// What the preload prints is read and dropped; a program's output
 	// goes to pipes of its own (handOver).
-	wb.proc, err = spawn(spawnSpec{exe: b.paths.exe, cfg: cfg, cgroupFD: wb.cg.descriptor(), ids: ids, stdin: boxEnd, maxOut: 1024})
+	wb.proc, err = spawn(spawnSpec{exe: b.paths.exe, cfg: cfg, cgroupFD: wb.cg.descriptor(), ids: ids, control: boxEnd, maxOut: 1024})
 	if err != nil {
 		return err
 	}
@@ -202,9 +218,10 @@ func (b *Box) makeWarm(wb *warmBox) error {
 	return nil
 }
 
-// awaitReady waits for box-init's good posture, then for the waiter's
-// "ready" (or "fail ...") message, within warmLimit, noting the module
-// each "importing" message names.
+// awaitReady waits for box-init's good posture, then for the launcher:
+// its interpreter up (the box's memory is read then, before the preload),
+// each module it imports, and "ready" (or "fail ..."), all within
+// warmLimit.
 func (b *Box) awaitReady(wb *warmBox) error {
 	deadline := time.Now().Add(warmLimit)
 	select {
@@ -217,35 +234,54 @@ func (b *Box) awaitReady(wb *warmBox) error {
 	for {
 		line, err := wb.readLine(deadline)
 		if err != nil {
-			return fmt.Errorf("the waiter said nothing: %v (box-init %s)", err, wb.proc.report.refusal())
+			return fmt.Errorf("the launcher said nothing: %v (box-init %s)", err, wb.proc.report.refusal())
 		}
-		words := strings.Fields(line)
+		word, rest, _ := strings.Cut(line, " ")
 		switch {
-		case len(words) == 2 && words[0] == "importing":
+		case line == launcher.Initialized && wb.fresh == 0:
+			if wb.fresh, err = wb.cg.unreclaimable(); err != nil {
+				return err
+			}
+			if err := wb.write(launcher.Preload, deadline); err != nil {
+				return err
+			}
+			close(wb.preloading)
+			continue
+		case word == launcher.Importing && rest != "" && !strings.Contains(rest, " "):
 			b.mu.Lock()
-			wb.importing = words[1]
+			wb.importing = rest
 			b.mu.Unlock()
 			continue
-		case len(words) > 0 && words[0] == "ready":
-			wb.preloaded = words[1:]
+		case word == launcher.Ready:
+			wb.preloaded = strings.Fields(rest)
 			return nil
-		case strings.HasPrefix(line, "fail "):
-			return fmt.Errorf("the preload failed: %s", strings.TrimPrefix(line, "fail "))
+		case word == launcher.Fail:
+			return fmt.Errorf("the preload failed: %s", rest)
 		}
-		return fmt.Errorf("the waiter said %q", line)
+		return fmt.Errorf("the launcher said %q", line)
 	}
 }
 
-// readLine reads one message of the waiter, by deadline.
+// readLine reads one message of the launcher, by deadline.
 func (wb *warmBox) readLine(deadline time.Time) (string, error) {
 	wb.ctl.SetReadDeadline(deadline)
 	defer wb.ctl.SetReadDeadline(time.Time{})
-	buf := make([]byte, 4096)
+	buf := make([]byte, 64<<10+64)
 	n, err := wb.ctl.Read(buf)
 	if err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// write sends one message to the launcher, by deadline.
+func (wb *warmBox) write(msg string, deadline time.Time) error {
+	wb.ctl.SetWriteDeadline(deadline)
+	defer wb.ctl.SetWriteDeadline(time.Time{})
+	if _, err := wb.ctl.Write([]byte(msg)); err != nil {
+		return fmt.Errorf("telling the launcher %q: %w", msg, err)
+	}
+	return nil
 }
 
 // watchWarm discards a waiting box that dies (killed, or out of memory)
@@ -428,12 +464,13 @@ func (b *Box) discard(wb *warmBox, why string, failed bool) {
 }
 
 // handOver gives wb the run's program: its input files, fresh stdout and
-// stderr pipes, the code. A box still warming gets the program at once,
-// a run's CPU weight, and until by to stop its preload at the next
-// module. Then it checks what the waiter holds, raises the box's memory
-// limit by what the preload holds, and tells the waiter to go. Until
-// "go", nothing of the program has run: an error leaves the run free to
-// make a cold box.
+// stderr pipes, the code. A box still warming gets the program as soon as
+// its interpreter is up, a run's CPU weight, and until by to stop its
+// preload at the next module. Then it checks what the launcher holds,
+// binds the run's data folders, sets the box's memory limit to what a
+// cold box's program could allocate, and tells the launcher to go. Each
+// exchange has handOverLimit from its own start. Until "go", nothing of
+// the program has run: an error leaves the run free to make a cold box.
 func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err error) {
 	rn.mu.Lock()
 	rn.warm, rn.boxID, rn.slot = wb, wb.id, wb.slot
@@ -465,27 +502,21 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err err
 			errOut.finish(0)
 		}
 	}()
-	rights := unix.UnixRights(int(outW.Fd()), int(errW.Fd()))
-	conn, err := wb.ctl.SyscallConn()
-	if err != nil {
+	if err := wb.await(ctx, wb.preloading, by, "did not start its interpreter"); err != nil {
 		return err
 	}
-	var serr error
-	wb.ctl.SetWriteDeadline(time.Now().Add(handOverLimit))
-	if err := conn.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), []byte(rn.req.Code), rights, nil, 0)
-		return !errors.Is(serr, unix.EAGAIN)
-	}); err != nil || serr != nil {
-		return fmt.Errorf("sending the program: %v", errors.Join(err, serr))
-	}
-	t := time.NewTimer(time.Until(by))
-	defer t.Stop()
 	select {
 	case <-wb.done:
-	case <-ctx.Done():
-		return errors.New("the run was cancelled")
-	case <-t.C:
-		return errors.New("the warm box did not stop its preload within the setup's allowance")
+		if wb.err != nil {
+			return wb.err
+		}
+	default:
+	}
+	if err := wb.sendProgram(rn.req.Code, outW, errW); err != nil {
+		return err
+	}
+	if err := wb.await(ctx, wb.done, by, "did not stop its preload"); err != nil {
+		return err
 	}
 	if wb.err != nil {
 		return wb.err
@@ -501,20 +532,36 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err err
 	rn.proc.stdout, rn.proc.stderr = out, errOut
 	line, err := wb.readLine(time.Now().Add(handOverLimit))
 	if err != nil {
-		return fmt.Errorf("the waiter did not report its descriptors: %v", err)
+		return fmt.Errorf("the launcher did not report its descriptors: %v", err)
 	}
-	if line != "fds 0,1,2" {
-		return fmt.Errorf("the waiter holds more than fds 0-2 (%q)", line)
+	if word, rest, _ := strings.Cut(line, " "); word == launcher.Fail {
+		return fmt.Errorf("the launcher could not take the program: %s", rest)
+	}
+	if line != launcher.Fds+" 0,1,2" {
+		return fmt.Errorf("the launcher holds more than fds 0-2 (%q)", line)
 	}
 	if ctx.Err() != nil {
 		return errors.New("the run was cancelled")
 	}
-	// The box becomes the run's: the program's own memory limit on top
-	// of the preload, no OOM preference.
-	preload, err := rn.cg.read("memory.current")
+	// The run's data folders, bound and checked as box-init does for a
+	// cold box.
+	if len(rn.req.Data) > 0 {
+		data := rn.b.dataMounts(rn.req.Data)
+		if err := bindData(wb.proc.pid, slotIDs(wb.slot), data); err != nil {
+			return fmt.Errorf("binding the data folders: %w", err)
+		}
+		if problems := checkData(wb.proc.pid, data); len(problems) > 0 {
+			return fmt.Errorf("the data folders' posture: %s", strings.Join(problems, "; "))
+		}
+	}
+	// The box becomes the run's: its memory limit is a cold box's plus
+	// what the preload holds that the program cannot free (the page
+	// cache it read is reclaimable, and not counted), no OOM preference.
+	held, err := rn.cg.unreclaimable()
 	if err != nil {
 		return err
 	}
+	preload := max(0, held-wb.fresh)
 	if err := rn.cg.set("memory.max", strconv.FormatInt(memoryMax+preload, 10)); err != nil {
 		return fmt.Errorf("memory.max: %w", err)
 	}
@@ -523,8 +570,10 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err err
 	}
 	rn.cpu0, _ = rn.cg.stats()
 	rn.rec.Memory.PreloadBytes, rn.rec.Memory.LimitBytes = preload, memoryMax+preload
-	if _, err := wb.ctl.Write([]byte("go")); err != nil {
-		return fmt.Errorf("go: %w", err)
+	imports := programImports(rn.req.Code)
+	goes := launcher.Go + " " + strconv.Itoa(keeps(imports, wb.preloaded)) + importList(imports)
+	if err := wb.write(goes, time.Now().Add(handOverLimit)); err != nil {
+		return err
 	}
 	rn.go_ = time.Now()
 	rn.at.spawned = rn.go_
@@ -536,6 +585,81 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err err
 	rn.b.replenish(wb.image)
 	return nil
 }
+
+// await waits for ch (or the box's end), the run's cancel, or by.
+func (wb *warmBox) await(ctx context.Context, ch <-chan struct{}, by time.Time, what string) error {
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-wb.done:
+	case <-ctx.Done():
+		return errors.New("the run was cancelled")
+	case <-t.C:
+		return fmt.Errorf("the warm box %s within the setup's allowance", what)
+	}
+	return nil
+}
+
+// sendProgram sends the code, with the program's stdout and stderr.
+func (wb *warmBox) sendProgram(code string, stdout, stderr *os.File) error {
+	rights := unix.UnixRights(int(stdout.Fd()), int(stderr.Fd()))
+	conn, err := wb.ctl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	wb.ctl.SetWriteDeadline(time.Now().Add(handOverLimit))
+	defer wb.ctl.SetWriteDeadline(time.Time{})
+	var serr error
+	if err := conn.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), []byte(launcher.Run+code), rights, nil, 0)
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil || serr != nil {
+		return fmt.Errorf("sending the program: %v", errors.Join(err, serr))
+	}
+	return nil
+}
+
+// keeps says how many modules of the preload, in order, the program
+// imports itself, by its import statements, directly or through a module
+// listed after them (the list is in the order of their dependencies: a
+// program that imports pandas needs numpy before it). What those modules
+// set at import (warnings filters) stays for the program, as their import
+// would have set it in a cold box; the rest goes back to how a fresh
+// interpreter has it.
+func keeps(imports, preloaded []string) int {
+	n := 0
+	for i, m := range preloaded {
+		for _, name := range imports {
+			if name == m || strings.HasPrefix(name, m+".") {
+				n = i + 1
+			}
+		}
+	}
+	return n
+}
+
+// importList is the program's imports for "go": each name once, " *"
+// (every module of the preload) when they would not fit.
+func importList(imports []string) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, n := range imports {
+		if seen[n] || n == "" || strings.ContainsAny(n, " \x00") {
+			continue
+		}
+		seen[n] = true
+		if b.Len()+len(n) > maxImportList {
+			return " *"
+		}
+		b.WriteString(" " + n)
+	}
+	return b.String()
+}
+
+// maxImportList bounds the imports "go" carries (the launcher reads a
+// message of the code's size).
+const maxImportList = 32 << 10
 
 // addInput writes a run's input files into a box's existing input/.
 func (s *staging) addInput(files []wire.InputFile) error {

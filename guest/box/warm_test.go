@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -57,5 +58,43 @@ func TestReadPreloadList(t *testing.T) {
 	}
 	if got := readPreloadList(filepath.Join(t.TempDir(), "none")); got != nil {
 		t.Errorf("no file: %q", got)
+	}
+}
+
+func TestKeeps(t *testing.T) {
+	preloaded := []string{"json", "re", "numpy", "pandas", "matplotlib", "matplotlib.pyplot"}
+	for _, c := range []struct {
+		imports []string
+		keep    int
+	}{
+		{nil, 0},                        // print(1): nothing of the preload stays
+		{[]string{"os", "sys"}, 0},      // imported at start anyway
+		{[]string{"json"}, 1},           // json's own
+		{[]string{"numpy.linalg"}, 3},   // numpy's, and what it needs before it
+		{[]string{"pandas", "json"}, 4}, // the last one counts
+		{[]string{"matplotlib.pyplot"}, 6},
+		{[]string{"matplotlib"}, 5},
+		{[]string{"numpyx"}, 0}, // not numpy
+	} {
+		if got := keeps(c.imports, preloaded); got != c.keep {
+			t.Errorf("keeps(%q) = %d, want %d", c.imports, got, c.keep)
+		}
+	}
+	// A box taken during its preload keeps only what it imported.
+	if got := keeps([]string{"pandas"}, preloaded[:3]); got != 0 {
+		t.Errorf("keeps(pandas) of a partial preload = %d, want 0", got)
+	}
+}
+
+func TestImportList(t *testing.T) {
+	if got := importList([]string{"json", "numpy.linalg", "json", ""}); got != " json numpy.linalg" {
+		t.Errorf("importList = %q", got)
+	}
+	var many []string
+	for i := range 10000 {
+		many = append(many, "module_number_"+strconv.Itoa(i))
+	}
+	if got := importList(many); got != " *" {
+		t.Errorf("too many imports: %.40q…, want \" *\"", got)
 	}
 }
