@@ -450,6 +450,7 @@ func warmedMS(e *vmEnv, from int64) map[string]float64 {
 type mcpSession struct {
 	b        *testing.B
 	e        *vmEnv
+	args     []string // pybox mcp's options beyond images and the timeout
 	cs       *sdk.ClientSession
 	calls    int
 	failed   []string // calls that did not end ok
@@ -460,7 +461,7 @@ func (m *mcpSession) connect() {
 	if m.cs != nil {
 		m.cs.Close()
 	}
-	cmd := exec.Command(m.e.bin, "mcp", "--images", "stdlib,data", "--max-timeout", "30")
+	cmd := exec.Command(m.e.bin, append([]string{"mcp", "--images", "stdlib,data", "--max-timeout", "30"}, m.args...)...)
 	cmd.Env = m.e.env
 	c := sdk.NewClient(&sdk.Implementation{Name: "pybox-bench", Version: "0"}, nil)
 	cs, err := c.Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, nil)

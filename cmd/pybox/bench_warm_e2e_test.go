@@ -12,6 +12,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,6 +44,25 @@ var warmPrograms = []struct {
 	{"pandas: read a CSV, sum", map[string]any{"code": "import pandas as pd\nprint(pd.read_csv('/tmp/input/sales.csv').sum())",
 		"image": "data", "timeout_s": 30, "files": []map[string]string{{"name": "sales.csv", "content": "region,sales\nnorth,120\nsouth,80\n"}}}},
 	{"matplotlib PNG", map[string]any{"code": benchPlot, "image": "data", "timeout_s": 30, "return_files": true}},
+	{benchDataFolder, map[string]any{"code": "import pandas as pd\nprint(pd.read_csv('/data/sales/sales.csv').groupby('region')['units'].sum())",
+		"image": "data", "timeout_s": 30, "data": []string{"sales"}}},
+}
+
+// benchDataFolder is the product's main use: pandas on a data folder.
+const benchDataFolder = "pandas: a data folder's CSV, grouped"
+
+// benchSalesCSV is the data folder's CSV: a few hundred rows.
+func benchSalesCSV(b *testing.B) string {
+	dir := b.TempDir()
+	var sb strings.Builder
+	sb.WriteString("region,units\n")
+	for i := range 500 {
+		fmt.Fprintf(&sb, "%s,%d\n", []string{"north", "south", "east", "west"}[i%4], i%97)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sales.csv"), []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return dir
 }
 
 // warmReceipt is what the warm part reads of a result.
@@ -66,12 +88,13 @@ func benchWarm(b *testing.B, r *benchReport, k benchKnobs) {
 	// warm VM's boxes ready, so that neither VM's background work falls on
 	// the other's calls.
 	vms := []*warmVM{{name: "warm"}, {name: "cold", args: []string{"--warm", "0"}}}
+	sales := benchSalesCSV(b)
 	for _, v := range vms {
 		v.e = benchEnv(b)
-		if out, errOut, code := v.e.pybox(append([]string{"vm", "start", "--images", "stdlib,data"}, v.args...)...); code != 0 {
+		if out, errOut, code := v.e.pybox(append([]string{"vm", "start", "--images", "stdlib,data", "--data", "sales=" + sales}, v.args...)...); code != 0 {
 			b.Fatalf("vm start: %s%s", out, errOut)
 		}
-		v.m = &mcpSession{b: b, e: v.e}
+		v.m = &mcpSession{b: b, e: v.e, args: []string{"--data", "sales"}}
 		defer v.stop()
 	}
 	warm := vms[0]
@@ -173,6 +196,7 @@ func warmGoals(r *benchReport) {
 		}
 	}
 	ratio("warm pandas call ÷ warm print(1), both in data, box ready", find("pandas: read a CSV, sum", "warm", benchReady), find("print(1) in data", "warm", benchReady), "goal ≤ 2×")
+	ratio("warm pandas call on a data folder ÷ warm print(1) in data, box ready", find(benchDataFolder, "warm", benchReady), find("print(1) in data", "warm", benchReady), "goal ≤ 2×")
 	ratio("warm print(1) in stdlib (round trip, box ready) ÷ bare python3 -I -B -c pass in the same guest", find("print(1) in stdlib", "warm", benchReady),
 		r.find("warm", "bare python3 -I -B -c pass started inside a box (same guest)"), "goal ≤ 0.5×")
 	for _, p := range warmPrograms {
