@@ -349,8 +349,10 @@ var importLine = regexp.MustCompile(`(?m)^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ 
 
 // programImports is what the program's import statements name, at any
 // depth: modules, and for "from M import x" both M and M.x. Imports made
-// some other way (importlib, __import__) are not seen; that only costs
-// time, as a cold box instead of a warm one.
+// some other way (importlib, __import__) are not seen: such a program may
+// run in a cold box where a warm one would have done, and in a warm box a
+// preloaded module it reaches that way has lost what it set at import
+// (warnings filters; the README's one documented difference).
 func programImports(code string) []string {
 	var names []string
 	for _, m := range importLine.FindAllStringSubmatch(code, -1) {
@@ -570,9 +572,8 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err err
 	}
 	rn.cpu0, _ = rn.cg.stats()
 	rn.rec.Memory.PreloadBytes, rn.rec.Memory.LimitBytes = preload, memoryMax+preload
-	imports := programImports(rn.req.Code)
-	goes := launcher.Go + " " + strconv.Itoa(keeps(imports, wb.preloaded)) + importList(imports)
-	if err := wb.write(goes, time.Now().Add(handOverLimit)); err != nil {
+	keep := keeps(programImports(rn.req.Code), wb.preloaded)
+	if err := wb.write(launcher.Go+" "+strconv.Itoa(keep), time.Now().Add(handOverLimit)); err != nil {
 		return err
 	}
 	rn.go_ = time.Now()
@@ -638,28 +639,6 @@ func keeps(imports, preloaded []string) int {
 	}
 	return n
 }
-
-// importList is the program's imports for "go": each name once, " *"
-// (every module of the preload) when they would not fit.
-func importList(imports []string) string {
-	var b strings.Builder
-	seen := map[string]bool{}
-	for _, n := range imports {
-		if seen[n] || n == "" || strings.ContainsAny(n, " \x00") {
-			continue
-		}
-		seen[n] = true
-		if b.Len()+len(n) > maxImportList {
-			return " *"
-		}
-		b.WriteString(" " + n)
-	}
-	return b.String()
-}
-
-// maxImportList bounds the imports "go" carries (the launcher reads a
-// message of the code's size).
-const maxImportList = 32 << 10
 
 // addInput writes a run's input files into a box's existing input/.
 func (s *staging) addInput(files []wire.InputFile) error {

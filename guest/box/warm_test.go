@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 )
 
@@ -83,18 +82,5 @@ func TestKeeps(t *testing.T) {
 	// A box taken during its preload keeps only what it imported.
 	if got := keeps([]string{"pandas"}, preloaded[:3]); got != 0 {
 		t.Errorf("keeps(pandas) of a partial preload = %d, want 0", got)
-	}
-}
-
-func TestImportList(t *testing.T) {
-	if got := importList([]string{"json", "numpy.linalg", "json", ""}); got != " json numpy.linalg" {
-		t.Errorf("importList = %q", got)
-	}
-	var many []string
-	for i := range 10000 {
-		many = append(many, "module_number_"+strconv.Itoa(i))
-	}
-	if got := importList(many); got != " *" {
-		t.Errorf("too many imports: %.40q…, want \" *\"", got)
 	}
 }

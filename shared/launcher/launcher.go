@@ -49,7 +49,7 @@ const (
 	// From the agent.
 	Preload = "preload" // go on with the preload
 	Run     = "run\n"   // prefix of the program's code; SCM_RIGHTS carry its stdout and stderr
-	Go      = "go"      // "go N": run it, keeping what the first N modules set at import
+	Go      = "go"      // "go N": run it, keeping what the first N modules of the list set at import
 )
 
 // SourceSHA256 is the hex sha256 of Source: part of an image's cache key,

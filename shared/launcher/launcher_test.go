@@ -210,7 +210,7 @@ func (h *hostPython) warm(t *testing.T, code string, keep int) (outcome, []strin
 	if m := hear(); m != Fds+" 0,1,2" {
 		t.Fatalf("after the program: %q", m)
 	}
-	tell(fmt.Sprintf("%s %d%s", Go, keep, imports(code)))
+	tell(fmt.Sprintf("%s %d", Go, keep))
 	agent.Close()
 	err = cmd.Wait()
 	copies.Wait()
@@ -223,23 +223,6 @@ var address = regexp.MustCompile(`0x[0-9a-f]{6,}`)
 func (o outcome) addressless() outcome {
 	o.stdout, o.stderr = address.ReplaceAllString(o.stdout, "0x…"), address.ReplaceAllString(o.stderr, "0x…")
 	return o
-}
-
-// importStatement finds what a program's import statements name, as the
-// agent reads them (roughly: enough for these programs).
-var importStatement = regexp.MustCompile(`(?m)^\s*(?:import\s+([\w., ]+)|from\s+([\w.]+)\s+import)`)
-
-// imports is the end of "go": the modules the program imports.
-func imports(code string) string {
-	var names string
-	for _, m := range importStatement.FindAllStringSubmatch(code, -1) {
-		for _, n := range strings.Split(m[1]+m[2], ",") {
-			if f := strings.Fields(n); len(f) > 0 {
-				names += " " + f[0]
-			}
-		}
-	}
-	return names
 }
 
 // programs are compared warm and cold on everything they print and how

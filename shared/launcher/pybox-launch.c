@@ -23,12 +23,12 @@
 //     pointed at "python3 -I -B -c CODE" and the environment without
 //     LD_PRELOAD (prctl PR_SET_MM_MAP); sys.orig_argv says CODE;
 //   - the garbage collector's counts and statistics as they were before
-//     the preload, after a full collection of what the preload left;
+//     the preload, its own objects in their generations, and what the
+//     preload made frozen (freeze_preload);
 //   - the warnings filters, once-registry and default action as they were
 //     before the preload, except for what the preloaded modules the
 //     program itself imports set at their import (the agent says how
-//     many modules of the list that covers, in "go N"), and the
-//     program's imports (the rest of "go").
+//     many modules of the list that covers, in "go N").
 // What cannot be put back is documented: the preloaded modules are in
 // sys.modules with their import done (and whatever they hold or
 // registered), and the process's own CPU clock and resource counters
@@ -46,7 +46,7 @@
 //                                      launcher stops at the next module)
 //   launcher: "fds 0,1,2"              the descriptors the program would
 //                                      inherit, besides fd 3
-//   agent:    "go N MODULE..."         fd 3 is closed; the program runs
+//   agent:    "go N"                   fd 3 is closed; the program runs
 // Anything else, or the socket's end, makes the launcher exit 3 before any
 // of the program has run.
 
@@ -258,34 +258,23 @@ static void hold_gc(PyInterpreterState *interp, struct gc_state *s)
 	s->long_lived_pending = gc->long_lived_pending;
 }
 
-/* gather_step collects what one module of the preload left as garbage
- * and sets the rest (the module and everything its import made) aside
- * in into, as hold_gc set the interpreter's own aside. */
-static void gather_step(PyInterpreterState *interp, PyGC_Head *into)
+/* freeze_preload collects what the preload left as garbage and freezes
+ * the rest (gc.freeze's permanent generation), then gives the collector
+ * the interpreter's own objects back, in the generations they were in. No
+ * collection walks the preloaded modules' objects again: a program's
+ * collections and its exit cost what they would in a fresh interpreter,
+ * and gc.get_objects() finds what it would there. What a program hangs on
+ * a preloaded module is released at exit all the same: the modules are
+ * pinned (pin_modules), so finalisation clears each one's namespace, as
+ * it clears every module still alive. */
+static void freeze_preload(PyInterpreterState *interp, struct gc_state *s)
 {
 	struct _gc_runtime_state *gc = &interp->gc;
-	ring_init(into);
 	PyGC_Collect();
 	for (int i = 0; i < NUM_GENERATIONS; i++)
-		ring_move(&gc->generations[i].head, into);
-}
-
-/* release_gc gives the collector its objects back for the program: the
- * interpreter's own to the generations they were in, the objects of the
- * first used steps of the preload (the modules the program imports, and
- * what they need) to the oldest generation, where a cold box's would be
- * once imported; the rest is frozen (gc.freeze's permanent generation).
- * A program that did not import those modules cannot reach their objects,
- * so nothing it can see is lost by not collecting them, at exit either;
- * the exit does not spend time taking apart modules the program never
- * used, and gc.get_objects() finds what it would in a fresh interpreter. */
-static void release_gc(PyInterpreterState *interp, struct gc_state *s, PyGC_Head *steps, size_t n, size_t used)
-{
-	struct _gc_runtime_state *gc = &interp->gc;
+		ring_move(&gc->generations[i].head, &gc->permanent_generation.head);
 	for (int i = 0; i < NUM_GENERATIONS; i++)
 		ring_move(&s->held[i], &gc->generations[i].head);
-	for (size_t k = 0; k < n; k++)
-		ring_move(&steps[k], k < used ? &gc->generations[NUM_GENERATIONS - 1].head : &gc->permanent_generation.head);
 }
 
 /* restore_gc puts back the counts and statistics, the last thing before
@@ -500,25 +489,20 @@ static int note_modules(PyObject *seen, PyObject *brought, size_t step)
 	return 0;
 }
 
-/* steps_used is how many steps of the preload the program uses: through
- * the last one that brought a module it imports (names, space-separated:
- * "a.b.c" counts for a.b.c, a.b and a; "*" for every step). Steps before
- * it stay too: the list is in the order of what needs what. */
-static size_t steps_used(PyObject *brought, char *names)
+/* pin_modules keeps a reference to every module the preload brought, so
+ * that none dies before finalisation clears the namespaces of the modules
+ * still alive: a module that died there would leave its namespace to the
+ * collector, which does not see frozen objects, and what a program stored
+ * in it (a file, say) would never be released. */
+static void pin_modules(PyObject *brought)
 {
-	size_t used = 0;
-	for (char *name = strtok(names, " "); name != NULL; name = strtok(NULL, " ")) {
-		if (strcmp(name, "*") == 0)
-			return SIZE_MAX; /* too many to say: every step */
-		for (char *dot = name + strlen(name); dot != NULL; dot = strrchr(name, '.')) {
-			*dot = 0;
-			PyObject *step = PyDict_GetItemString(brought, name);
-			if (step != NULL && PyLong_AsSize_t(step) + 1 > used)
-				used = PyLong_AsSize_t(step) + 1;
-		}
+	PyObject *modules = PyImport_GetModuleDict(), *key, *value;
+	Py_ssize_t pos = 0;
+	while (PyDict_Next(brought, &pos, &key, &value)) {
+		PyObject *m = PyDict_GetItem(modules, key);
+		if (m != NULL)
+			Py_INCREF(m); /* never released: the process ends first */
 	}
-	PyErr_Clear();
-	return used;
 }
 
 /* init starts the interpreter from the process's command line exactly as
@@ -570,13 +554,12 @@ static int warm_main(int argc, char **argv, char **envp)
 	size_t nmods = 1;
 	for (char *p = list; *p; p++)
 		nmods += *p == '\n';
-	/* Per module of the list: the warnings state after it (warn[0] is
-	 * before the first), and what its import made. */
+	/* Per module of the list, the warnings state after it (warn[0] is
+	 * before the first). */
 	struct warnings_state *warn = calloc(nmods + 1, sizeof *warn);
-	PyGC_Head *objs = calloc(nmods, sizeof *objs);
 	/* Which module of the list brought each module into sys.modules. */
 	PyObject *seen = PySet_New(NULL), *brought = PyDict_New();
-	if (warn == NULL || objs == NULL || seen == NULL || brought == NULL || note_modules(seen, NULL, 0) < 0)
+	if (warn == NULL || seen == NULL || brought == NULL || note_modules(seen, NULL, 0) < 0)
 		fail("memory");
 	save_warnings(interp, &warn[0]);
 
@@ -614,13 +597,13 @@ static int warm_main(int argc, char **argv, char **envp)
 		if (note_modules(seen, brought, steps) < 0)
 			fail("listing sys.modules");
 		save_warnings(interp, &warn[steps + 1]);
-		gather_step(interp, &objs[steps]);
 		steps++;
 		dn += (size_t)snprintf(done + dn, sizeof done - dn, " %s", name);
 	}
 	if (setrlimit(RLIMIT_NPROC, &nproc) != 0)
 		fail("RLIMIT_NPROC");
 	flush_std();
+	freeze_preload(interp, &gc0);
 	say("%s", done);
 
 	/* The program, its stdout and its stderr. */
@@ -640,17 +623,16 @@ static int warm_main(int argc, char **argv, char **envp)
 	set_program(interp, code);
 	report_fds();
 
-	/* "go K MODULE...": what the first K modules of the list set at
-	 * import stays (the agent reads the program's imports against the
-	 * list), and the modules the program imports. */
-	static char go[MAX_CODE + 64];
+	/* "go K": what the first K modules of the list set at import stays
+	 * (the agent reads the program's imports against the list). */
+	char go[64];
 	hear(go, sizeof go, fds, 2, &got);
 	char *end;
 	unsigned long keep = strncmp(go, "go ", 3) == 0 ? strtoul(go + 3, &end, 10) : (end = go, 0);
-	if (got != 0 || end == go + 3 || (*end != 0 && *end != ' '))
+	if (got != 0 || end == go + 3 || *end != 0)
 		_exit(3);
 	close(CTL);
-	size_t used = steps_used(brought, end);
+	pin_modules(brought);
 
 	/* Back to a fresh interpreter's state, the collector last: everything
 	 * before allocates. */
@@ -661,7 +643,6 @@ static int warm_main(int argc, char **argv, char **envp)
 	free(warn);
 	Py_DECREF(seen);
 	Py_DECREF(brought);
-	release_gc(interp, &gc0, objs, steps, used);
 	restore_gc(interp, &gc0);
 	return Py_RunMain();
 }
