@@ -62,14 +62,16 @@ func unavailable(t *testing.T, why string) {
 // compiled returns the launcher built for this machine's python3.
 func compiled(t *testing.T) *hostPython {
 	t.Helper()
-	hostOnce.Do(func() { host, hostErr = compile() })
+	hostOnce.Do(func() { host, hostErr = compile(hostPreload, nil) })
 	if host == nil {
 		unavailable(t, hostErr)
 	}
 	return host
 }
 
-func compile() (*hostPython, string) {
+// compile builds the launcher with preload as its list, or, when place
+// is given, with whatever place makes at the list's path instead.
+func compile(preload string, place func(path string) error) (*hostPython, string) {
 	const python = "/usr/bin/python3"
 	out, err := exec.Command(python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])").Output()
 	if err != nil {
@@ -90,7 +92,10 @@ func compile() (*hostPython, string) {
 	}
 	os.Chmod(dir, 0o755)
 	h := &hostPython{python: python, so: filepath.Join(dir, "pybox-launch.so"), preload: filepath.Join(dir, "preload")}
-	if err := os.WriteFile(h.preload, []byte(hostPreload), 0o644); err != nil {
+	if place == nil {
+		place = func(p string) error { return os.WriteFile(p, []byte(preload), 0o644) }
+	}
+	if err := place(h.preload); err != nil {
 		return nil, err.Error()
 	}
 	src := filepath.Join(dir, "pybox-launch.c")
@@ -299,6 +304,48 @@ func TestLauncherOutsideABox(t *testing.T) {
 	cmd.Env, cmd.Stdout, cmd.Stderr = append(append([]string{}, h.env...), "LD_PRELOAD="+h.so), &out, &out
 	if err := cmd.Run(); err != nil || out.String() != "['-c', 'arg'] None\nNone\n" {
 		t.Errorf("%v: %q", err, out.String())
+	}
+}
+
+// An image's preload list that is a FIFO, a link or a device is refused
+// at once: the launcher says so and exits before its interpreter waits
+// for anything.
+func TestLauncherRefusesAStrangePreloadList(t *testing.T) {
+	compiled(t) // this machine can build it
+	for name, place := range map[string]func(string) error{
+		"a FIFO":              func(p string) error { return syscall.Mkfifo(p, 0o644) },
+		"a link to /dev/zero": func(p string) error { return os.Symlink("/dev/zero", p) },
+		"a directory":         func(p string) error { return os.Mkdir(p, 0o755) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, why := compile("", place)
+			if h == nil {
+				t.Fatal(why)
+			}
+			pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent, box := os.NewFile(uintptr(pair[0]), "agent"), os.NewFile(uintptr(pair[1]), "box")
+			defer agent.Close()
+			cmd := exec.Command(h.python, "-I", "-B", "-c", StandIn)
+			cmd.Args[0] = "python3"
+			cmd.Env, cmd.ExtraFiles = append(append([]string{}, h.env...), "LD_PRELOAD="+h.so), []*os.File{box}
+			asBox(cmd)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			box.Close()
+			timer := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
+			defer timer.Stop()
+			agent.SetReadDeadline(time.Now().Add(20 * time.Second))
+			buf := make([]byte, 4096)
+			n, _ := agent.Read(buf)
+			cmd.Wait()
+			if got := string(buf[:n]); !strings.HasPrefix(got, Fail+" reading the preload list") || cmd.ProcessState.ExitCode() != 3 {
+				t.Errorf("the launcher said %q and ended %v", got, cmd.ProcessState)
+			}
+		})
 	}
 }
 

@@ -68,6 +68,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -307,14 +308,20 @@ static void flush_std(void)
 }
 
 /* read_preload_list reads the image's list: one module a line, '#'
- * comments. The file is the image's, read without following a link or
- * blocking on a special file. */
+ * comments. The image is untrusted: the list must be a regular file,
+ * opened without following a last link or blocking on a FIFO, and is read
+ * up to MAX_LIST bytes. (The launcher sees only the box's own files.) */
 static char *read_preload_list(void)
 {
 	static char buf[MAX_LIST + 1];
-	int fd = open(preload_file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int fd = open(preload_file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? buf : NULL;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return NULL;
+	}
 	size_t n = 0;
 	for (;;) {
 		ssize_t k = read(fd, buf + n, MAX_LIST - n);
