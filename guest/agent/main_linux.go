@@ -200,6 +200,9 @@ func warmImages(images []boot.Image, logf func(string, ...any)) {
 		if r.Listed {
 			note = " (its warm list)"
 		}
+		if r.ListErr != nil {
+			note = fmt.Sprintf(" (its warm list was refused: %v; interpreter only)", r.ListErr)
+		}
 		if !r.Complete {
 			note += " (budget reached)"
 		}

@@ -3,7 +3,6 @@ package boot
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/guest/imagefs"
 	"pybox/shared/wire"
 )
 
@@ -35,8 +35,10 @@ type Image struct {
 }
 
 // MountImages mounts every image named on the kernel command line. An
-// image that cannot be found or mounted is logged and left out: the agent
-// serves the others and its hello lists only what it mounted.
+// image that cannot be found or mounted, or whose description
+// (wire.ImageAboutFile) is there but unsafe or invalid, is logged and
+// left out: the agent serves the others and its hello lists only what it
+// mounted.
 func MountImages(cmdline string, logf func(string, ...any)) []Image {
 	want, errs := ParseImages(cmdline)
 	for _, err := range errs {
@@ -58,11 +60,15 @@ func MountImages(cmdline string, logf func(string, ...any)) []Image {
 			logf("boot: image %s left out: %v", info.Name, err)
 			continue
 		}
+		// An image's maker is not trusted: one whose description is not a
+		// plain, valid file inside it is not served at all.
 		about, err := readAbout(img.Dir)
-		switch {
-		case err != nil:
-			logf("boot: image %s: %v; its runs will not name its Python", img.Name, err)
-		case about != nil:
+		if err != nil {
+			logf("boot: image %s left out: %v (rebuild it with `pybox image build %s`, or import a copy built by pybox)", img.Name, err, img.Name)
+			unmountImage(img, logf)
+			continue
+		}
+		if about != nil {
 			img.Python, img.Suite = about.Python, about.Suite
 		}
 		logf("boot: image %s (sha256 %.12s, python %s, %s) from %s mounted at %s (%s)",
@@ -140,31 +146,36 @@ func mountImage(info wire.ImageInfo, dev string) (Image, error) {
 	return Image{}, fmt.Errorf("mount %s at %s read-only: %s", dev, dir, strings.Join(errs, "; "))
 }
 
+// unmountImage takes back an image that was mounted but is not served.
+func unmountImage(img Image, logf func(string, ...any)) {
+	if err := unix.Unmount(img.Dir, 0); err != nil {
+		logf("boot: image %s: unmount %s: %v", img.Name, img.Dir, err)
+		return
+	}
+	os.Remove(img.Dir)
+}
+
 // readAbout reads what the image mounted at dir says it holds
 // (wire.ImageAboutFile), or nil for an image that says nothing (built by
-// an older pybox, or elsewhere). The file is read inside the image only:
-// a link that leads out of it is not followed.
+// an older pybox, or elsewhere). The file must be a regular file inside
+// the image, reached through no link, of at most wire.MaxImageAboutBytes
+// (imagefs); anything else, or content that does not decode, is an error.
 func readAbout(dir string) (*wire.ImageAbout, error) {
-	root, err := os.OpenRoot(dir)
+	img, err := imagefs.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
-	f, err := root.Open(strings.TrimPrefix(wire.ImageAboutFile, "/"))
+	defer img.Close()
+	b, err := img.ReadFile(wire.ImageAboutFile, wire.MaxImageAboutBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, wire.MaxImageAboutBytes+1))
-	if err != nil {
-		return nil, err
-	}
 	a, err := wire.DecodeImageAbout(b)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("image %s: %w", dir, err)
 	}
 	return &a, nil
 }

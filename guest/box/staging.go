@@ -8,13 +8,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"pybox/guest/imagefs"
 	"pybox/shared/wire"
 )
 
@@ -26,10 +27,11 @@ const (
 
 // mplSeed is where an image keeps a prebuilt matplotlib cache, copied
 // into MPLCONFIGDIR so that the first import does not spend seconds
-// building a font list. It is bounded: the image is ours, but the copy
-// lands in the run's tmpfs.
+// building a font list. It is read through imagefs and bounded: the
+// image's maker is not trusted, and the copy lands in the run's tmpfs.
 const (
 	mplSeed      = "usr/share/pybox/mplconfig"
+	mplSeedFiles = 64 // entries of any kind; matplotlib writes one or two files
 	mplSeedBytes = 4 << 20
 	mplConfig    = ".config/matplotlib" // under the box's /tmp; MPLCONFIGDIR
 )
@@ -102,42 +104,40 @@ func (s *staging) seedMPL(image string) error {
 	if err := mkdirOwned(mpl, 0o755, s.ids.program); err != nil {
 		return err
 	}
-	seed := filepath.Join(image, mplSeed)
-	entries, err := os.ReadDir(seed)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // an image without matplotlib
-	}
+	files, err := readMPLSeed(image)
 	if err != nil {
 		return err
 	}
-	budget := int64(mplSeedBytes)
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := readBounded(filepath.Join(seed, e.Name()), budget)
-		if err != nil {
-			return fmt.Errorf("matplotlib seed %s: %w", e.Name(), err)
-		}
-		budget -= int64(len(b))
-		if err := writeOwned(filepath.Join(mpl, e.Name()), b, 0o644, s.ids.program); err != nil {
+	for _, f := range files {
+		if err := writeOwned(filepath.Join(mpl, f.Name), f.Data, 0o644, s.ids.program); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+// readMPLSeed reads the regular files of the image's mplSeed; an image
+// without one (without matplotlib), or no image at all, has none. A seed that is a link,
+// lies under one, or holds too much refuses the box: a link could lead to
+// a data folder's mount in the agent, and copy its files into every box
+// of the image.
+func readMPLSeed(image string) ([]imagefs.File, error) {
+	img, err := imagefs.Open(image)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(b)) > limit {
-		err = fmt.Errorf("larger than the %d bytes left for the seed", limit)
+	defer img.Close()
+	files, err := img.ReadDir(mplSeed, mplSeedFiles, mplSeedBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
-	return b, err
+	if err != nil {
+		return nil, fmt.Errorf("the matplotlib seed: %w", err)
+	}
+	return files, nil
 }
 
 func mkdirOwned(dir string, mode os.FileMode, id int) error {

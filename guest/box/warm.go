@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/guest/imagefs"
 	"pybox/shared/launcher"
 	"pybox/shared/wire"
 )
@@ -184,7 +186,9 @@ func (b *Box) makeWarm(wb *warmBox) error {
 		return err
 	}
 	image := b.paths.images + "/" + wb.image
-	wb.wanted = readPreloadList(image + wire.ImagePreloadFile)
+	if wb.wanted, err = readPreloadList(image); err != nil {
+		return err
+	}
 	ids := slotIDs(wb.slot)
 	if wb.st, err = makeStaging(b.paths.staging, wb.id, image, nil, ids); err != nil {
 		return err
@@ -393,12 +397,25 @@ func needsModule(imports, wanted []string, current string) bool {
 	return false
 }
 
-// readPreloadList reads an image's preload list; an image without one has
-// none.
-func readPreloadList(path string) []string {
-	b, err := os.ReadFile(path)
-	if err != nil || len(b) > 64<<10 {
-		return nil
+// maxPreloadBytes bounds an image's preload list: a few dozen module
+// names.
+const maxPreloadBytes = 64 << 10
+
+// readPreloadList reads the preload list of the image mounted at image;
+// an image without one has none. A list that is not a plain file of the
+// image (imagefs) fails the warm box, and says why.
+func readPreloadList(image string) ([]string, error) {
+	img, err := imagefs.Open(image)
+	if err != nil {
+		return nil, err
+	}
+	defer img.Close()
+	b, err := img.ReadFile(wire.ImagePreloadFile, maxPreloadBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the preload list: %w", err)
 	}
 	var list []string
 	for _, l := range strings.Split(string(b), "\n") {
@@ -406,7 +423,7 @@ func readPreloadList(path string) []string {
 			list = append(list, l)
 		}
 	}
-	return list
+	return list, nil
 }
 
 // coldReason says why a run of image got a cold box, for its receipt.

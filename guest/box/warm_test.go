@@ -3,10 +3,16 @@
 package box
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"pybox/shared/wire"
 )
 
 func TestProgramImports(t *testing.T) {
@@ -50,14 +56,66 @@ func TestNeedsModule(t *testing.T) {
 }
 
 func TestReadPreloadList(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "preload")
+	image := t.TempDir()
+	p := filepath.Join(image, wire.ImagePreloadFile)
+	os.MkdirAll(filepath.Dir(p), 0o755)
 	os.WriteFile(p, []byte("json\n# a comment\n\nnumpy\n  pandas  \n"), 0o644)
-	if got := readPreloadList(p); !slices.Equal(got, []string{"json", "numpy", "pandas"}) {
-		t.Errorf("readPreloadList = %q", got)
+	if got, err := readPreloadList(image); err != nil || !slices.Equal(got, []string{"json", "numpy", "pandas"}) {
+		t.Errorf("readPreloadList = %q, %v", got, err)
 	}
-	if got := readPreloadList(filepath.Join(t.TempDir(), "none")); got != nil {
-		t.Errorf("no file: %q", got)
+	if got, err := readPreloadList(t.TempDir()); got != nil || err != nil {
+		t.Errorf("no file: %q, %v", got, err)
 	}
+}
+
+// A preload list that is not a plain file of the image fails the warm
+// box at once, and says why.
+func TestReadPreloadListRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		plant func(p string) error
+		why   string
+	}{
+		{"a FIFO", func(p string) error { return unix.Mkfifo(p, 0o644) }, "preload is not a regular file (a FIFO)"},
+		{"a link to /dev/zero", func(p string) error { return os.Symlink("/dev/zero", p) }, "preload is a symbolic link"},
+		{"an absolute link", func(p string) error { return os.Symlink("/etc/hostname", p) }, "preload is a symbolic link"},
+		{"a relative link out", func(p string) error { return os.Symlink("../../../../outside", p) }, "preload is a symbolic link"},
+		{"a directory", func(p string) error { return os.Mkdir(p, 0o755) }, "preload is not a regular file (a directory)"},
+		{"too large", func(p string) error { return os.WriteFile(p, make([]byte, maxPreloadBytes+1), 0o644) }, "preload is larger than 65536 bytes"},
+		{"under an absolute link", func(p string) error { return swapDir(p, t.TempDir()) }, "preload is under a symbolic link, /usr/share/pybox"},
+		{"under a relative link", func(p string) error { return swapDir(p, "../../..") }, "preload is under a symbolic link, /usr/share/pybox"},
+	} {
+		image := t.TempDir()
+		p := filepath.Join(image, wire.ImagePreloadFile)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := c.plant(p); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			got, err := readPreloadList(image)
+			if err == nil {
+				err = fmt.Errorf("no error, list %q", got)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if want := "the preload list: image " + image + ": /usr/share/pybox/" + c.why; err.Error() != want {
+				t.Errorf("%s: %v\nwant %s", c.name, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: readPreloadList still blocks after 5s", c.name)
+		}
+	}
+}
+
+// swapDir puts a symbolic link to target in place of p's directory.
+func swapDir(p, target string) error {
+	if err := os.Remove(filepath.Dir(p)); err != nil {
+		return err
+	}
+	return os.Symlink(target, filepath.Dir(p))
 }
 
 func TestKeeps(t *testing.T) {
