@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -119,7 +120,7 @@ or interrupted build (Ctrl-C) stores nothing and says why.`)
 	if res.CacheHit {
 		how = "cache hit"
 	}
-	fmt.Printf("%s %s %s, Python %s from %s (%s, %s)\n", res.Meta.Name, res.Meta.Digest, mibs(res.Meta.Size), res.Meta.Python, res.Meta.Suite,
+	showf(os.Stdout, "%s %s %s, Python %s from %s (%s, %s)\n", res.Meta.Name, res.Meta.Digest, mibs(res.Meta.Size), res.Meta.Python, res.Meta.Suite,
 		how, time.Duration(res.Seconds*float64(time.Second)).Round(100*time.Millisecond))
 	return exitOK
 }
@@ -163,12 +164,23 @@ Debian suite, main packages, and when each was built.`)
 		fmt.Fprintln(os.Stderr, "no images: build the built-in ones with `make images` or `pybox image build stdlib`")
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	for _, p := range printImages(os.Stdout, entries) {
+		showf(os.Stderr, "pybox: %s\n", p)
+	}
+	return exitOK
+}
+
+// printImages writes the table of `pybox image list`; it returns the
+// problems of the images whose meta.json could not be read. Every cell
+// comes from a meta.json and goes through showf, so a tab in one cannot
+// shift the columns.
+func printImages(w io.Writer, entries []image.Entry) []string {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tPYTHON\tSUITE\tPACKAGES\tBUILT")
 	var problems []string
 	for _, e := range entries {
 		if e.Problem != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\n", e.Name)
+			showf(tw, "%s\t-\t-\t-\t-\t-\t-\n", e.Name)
 			problems = append(problems, e.Problem)
 			continue
 		}
@@ -176,14 +188,11 @@ Debian suite, main packages, and when each was built.`)
 		if suite == "" {
 			suite = "?" // built before pybox recorded it
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Digest[:min(12, len(e.Digest))], mibs(e.Size), e.Python, suite,
+		showf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Digest[:min(12, len(e.Digest))], mibs(e.Size), e.Python, suite,
 			packagesColumn(e.Main), e.BuiltAt.Local().Format("2006-01-02 15:04"))
 	}
 	tw.Flush()
-	for _, p := range problems {
-		fmt.Fprintf(os.Stderr, "pybox: %s\n", p)
-	}
-	return exitOK
+	return problems
 }
 
 // packagesColumn shows main packages as "numpy 1.24.2, pandas 1.5.3";
@@ -308,7 +317,7 @@ is replaced once it is whole; it usually ends in `+image.ExportExt+`.`)
 	if err != nil {
 		return fail("%v", err)
 	}
-	fmt.Printf("exported %s sha256 %s (%s) to %s\n", m.Name, m.Digest, mibs(m.Size), pos[1])
+	showf(os.Stdout, "exported %s sha256 %s (%s) to %s\n", m.Name, m.Digest, mibs(m.Size), pos[1])
 	return exitOK
 }
 
@@ -356,11 +365,11 @@ func reportImport(res *image.Imported) {
 	m := res.Meta
 	switch {
 	case res.Already:
-		fmt.Printf("image %s sha256 %s is in the store already: nothing changed\n", m.Name, m.Digest)
+		showf(os.Stdout, "image %s sha256 %s is in the store already: nothing changed\n", m.Name, m.Digest)
 	case res.Replaced != "":
-		fmt.Printf("imported %s sha256 %s (%s), replacing sha256 %s\n", m.Name, m.Digest, mibs(m.Size), res.Replaced)
+		showf(os.Stdout, "imported %s sha256 %s (%s), replacing sha256 %s\n", m.Name, m.Digest, mibs(m.Size), res.Replaced)
 	default:
-		fmt.Printf("imported %s sha256 %s (%s)\n", m.Name, m.Digest, mibs(m.Size))
+		showf(os.Stdout, "imported %s sha256 %s (%s)\n", m.Name, m.Digest, mibs(m.Size))
 	}
 	if res.InUse {
 		say(fmt.Sprintf("the running VM still has the previous %s attached: restart it (`pybox vm stop`, then `pybox vm start`) to use this one", m.Name))

@@ -48,7 +48,9 @@ protocol messages only; the server logs to stderr.
 	if err != nil {
 		return fail("%v", err)
 	}
-	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "pybox mcp: "+format+"\n", a...) }
+	// What is logged can hold the guest's words (a cleanup's detail) and
+	// the client's: showf escapes them.
+	logf := func(format string, a ...any) { showf(os.Stderr, "pybox mcp: "+format+"\n", a...) }
 	srv, err := mcp.NewServer(opts, dialVM(h), logf)
 	if err != nil {
 		return fail("%v", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"pybox/host/escape"
 	"pybox/host/guestfiles"
 	"pybox/host/paths"
 	"pybox/host/service"
@@ -188,12 +188,11 @@ ended by itself, so the manager restarts only a VM that failed.`)
 func announce(st *supervisor.State, gf *guestfiles.Files) {
 	// The agent's version, kernel and image names come from the guest's
 	// hello: shown escaped.
-	fmt.Printf("VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
-		st.Accel, st.Machine, float64(st.BootMS)/1000, escape.Line(st.AgentVersion), escape.Line(st.AgentCommit),
-		escape.Line(st.GuestKernel), escape.Line(imageList(st.GuestImages)))
+	showf(os.Stdout, "VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
+		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
 	warnUnsealable(st)
 	if st.Sandbox != vm.SandboxQEMU && st.Accel != "vz" {
-		fmt.Fprintf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
+		showf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
 	}
 	warnAgentVersion(st, gf)
 }
@@ -230,17 +229,17 @@ func warnAgentVersion(st *supervisor.State, gf *guestfiles.Files) {
 		return
 	}
 	// The running agent's version comes from the guest's hello: escaped.
-	fmt.Fprintf(os.Stderr, "pybox: warning: the running VM's guest agent is %s, but the guest files this pybox boots (%s) hold %s: "+
+	showf(os.Stderr, "pybox: warning: the running VM's guest agent is %s, but the guest files this pybox boots (%s) hold %s: "+
 		"restart the VM to use them: `pybox vm stop`, then `pybox vm start` (or `systemctl --user restart pybox` where the user service runs it)\n",
-		escape.Line(st.AgentVersion), filepath.Dir(r.Initramfs.Path), r.AgentVersion)
+		st.AgentVersion, filepath.Dir(r.Initramfs.Path), r.AgentVersion)
 }
 
 // warnUnsealable says so when the VM runs the benchmark build of the
 // agent: `pybox run` and `pybox mcp` will run nothing on it.
 func warnUnsealable(st *supervisor.State) {
 	if st != nil && slices.Contains(st.Capabilities, wire.CapUnsealable) {
-		fmt.Fprintf(os.Stderr, "pybox: warning: this is the benchmark build of the guest agent (%s), whose boxes can be unsealed; "+
-			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", escape.Line(st.AgentVersion))
+		showf(os.Stderr, "pybox: warning: this is the benchmark build of the guest agent (%s), whose boxes can be unsealed; "+
+			"`pybox run` and `pybox mcp` run nothing on it. Restart with the initramfs `make` builds.\n", st.AgentVersion)
 	}
 }
 
@@ -351,7 +350,7 @@ Exit status: 0 when the VM runs, 3 when it does not, 1 on an error.`)
 		enc.SetIndent("", "  ")
 		enc.Encode(s)
 	} else {
-		printStatus(s)
+		printStatus(os.Stdout, s)
 	}
 	if !s.Running {
 		return 3
@@ -359,25 +358,27 @@ Exit status: 0 when the VM runs, 3 when it does not, 1 on an error.`)
 	return exitOK
 }
 
-func printStatus(s *supervisor.Status) {
+// printStatus writes `pybox vm status` for people. Keys and values hold
+// what the guest said (a warm box's image name is a key): every line goes
+// through showf.
+func printStatus(w io.Writer, s *supervisor.Status) {
 	if !s.Running {
-		fmt.Println("the VM is not running")
+		showf(w, "the VM is not running\n")
 		if s.Note != "" {
-			fmt.Println(s.Note)
+			showf(w, "%s\n", s.Note)
 		}
 		if len(s.Cleaned) > 0 {
-			fmt.Println("cleaned up: " + strings.Join(s.Cleaned, ", "))
+			showf(w, "cleaned up: %s\n", strings.Join(s.Cleaned, ", "))
 		}
 		return
 	}
 	st := s.State
 	if st == nil {
-		fmt.Println("the VM is starting")
+		showf(w, "the VM is starting\n")
 		return
 	}
-	fmt.Printf("the VM is %s\n", st.Phase)
-	// Every value may hold what the guest said: each is escaped.
-	row := func(k, v string) { fmt.Printf("  %-15s %s\n", k+":", escape.Line(v)) }
+	showf(w, "the VM is %s\n", st.Phase)
+	row := func(k, v string) { showf(w, "  %-15s %s\n", k+":", v) }
 	row("supervisor pid", fmt.Sprint(st.SupervisorPid))
 	if st.QEMUPid != 0 {
 		row("qemu pid", fmt.Sprint(st.QEMUPid))
@@ -389,7 +390,7 @@ func printStatus(s *supervisor.Status) {
 	}
 	row("uptime", (time.Duration(s.UptimeS) * time.Second).String())
 	if st.AgentVersion != "" {
-		agent := fmt.Sprintf("%s (%s)", escape.Line(st.AgentVersion), escape.Line(st.AgentCommit))
+		agent := fmt.Sprintf("%s (%s)", st.AgentVersion, st.AgentCommit)
 		if s.Agent != "" {
 			agent += ", " + s.Agent
 			if s.PingMS > 0 {
@@ -401,35 +402,34 @@ func printStatus(s *supervisor.Status) {
 		if gf, err := guestfiles.Find("", ""); err == nil {
 			warnAgentVersion(st, gf)
 		}
-		row("guest kernel", escape.Line(st.GuestKernel))
+		row("guest kernel", st.GuestKernel)
 	}
 	if st.Health != "" {
-		row("health", supervisor.Printable(st.Health))
+		row("health", st.Health)
 	}
 	if g := s.Guest; g != nil {
 		if g.Health != "" && g.Health != "healthy" {
-			row("guest health", supervisor.Printable(g.Health))
+			row("guest health", g.Health)
 		}
-		for _, w := range g.Warm {
-			row("warm "+w.Image, describeWarm(w))
+		for _, wb := range g.Warm {
+			row("warm "+wb.Image, describeWarm(wb))
 		}
 		if p := g.Run; p != nil {
 			row("running", fmt.Sprintf("%s (image %s): %s for %.1f s, %.1f s of its bound of %.0f s",
-				supervisor.Printable(p.RunID), supervisor.Printable(p.Image), supervisor.Printable(p.Phase),
-				float64(p.PhaseMS)/1000, float64(p.RunMS)/1000, float64(p.BoundMS)/1000))
+				p.RunID, p.Image, p.Phase, float64(p.PhaseMS)/1000, float64(p.RunMS)/1000, float64(p.BoundMS)/1000))
 		} else {
 			row("running", "nothing")
 		}
 	}
 	for _, r := range st.Restarts {
-		row("restarted", fmt.Sprintf("%s: %s", r.At.Format(time.RFC3339), supervisor.Printable(r.Reason)))
+		row("restarted", fmt.Sprintf("%s: %s", r.At.Format(time.RFC3339), r.Reason))
 	}
 	row("kernel", st.Kernel)
 	row("initramfs", st.Initramfs)
 	row("size", fmt.Sprintf("%d CPUs, %d MiB", st.CPUs, st.MemoryMiB))
 	row("images", imageList(st.Images))
 	for _, im := range st.Images {
-		fmt.Printf("    %s: %s sha256:%s\n", im.Name, im.Path, im.Digest)
+		showf(w, "    %s: %s sha256:%s\n", im.Name, im.Path, im.Digest)
 	}
 	for _, d := range st.Data {
 		row("data folder", d.Name+": "+d.Folder+" (read-only)")

@@ -42,11 +42,14 @@ type Imported struct {
 }
 
 // ImportFile reads an exported image (see ExportFile) and puts it in the
-// store. Everything in the file is checked before the store changes: the
-// format, meta.json, the image's size, its erofs superblock and its
-// sha256 against meta.json's digest. A different image of the same name
-// is replaced only with Force. Importing needs no root and no mmdebstrap:
-// it writes only under home.
+// store. The file is untrusted: images are passed between people.
+// Everything in it is checked before the store changes: the format,
+// meta.json (every string, see checkMeta), the image's size (a plain
+// entry as long as meta.json says, at most maxImageSize, known before a
+// byte is written), its erofs superblock and its sha256 against
+// meta.json's digest; a refused import leaves nothing behind. A
+// different image of the same name is replaced only with Force.
+// Importing needs no root and no mmdebstrap: it writes only under home.
 func ImportFile(home, path string, o ImportOptions) (*Imported, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -124,7 +127,17 @@ func (in *importer) run() (*Imported, error) {
 	return res, nil
 }
 
-// next reads the next entry's header, which must be the regular file name.
+// maxImageSize bounds the image an import accepts. Its digest can only be
+// checked once every byte is written, so the size a file claims is what a
+// hostile file can make an import write; the data image is about 250 MiB
+// and an image with many more packages a few GiB, so this refuses only
+// files that no pybox build made.
+const maxImageSize = 16 << 30
+
+// next reads the next entry's header, which must be the regular file name
+// stored plainly. archive/tar expands a sparse entry (GNU type 'S', or
+// GNU.sparse.* records in a PAX header) to the size it claims from a few
+// bytes of file; ExportFile never writes one, so none is read.
 func (in *importer) next(name string) (*tar.Header, error) {
 	h, err := in.tr.Next()
 	switch {
@@ -132,11 +145,28 @@ func (in *importer) next(name string) (*tar.Header, error) {
 		return nil, in.damaged("ends before its %s (cut short?)", name)
 	case err != nil:
 		return nil, fmt.Errorf("%w: %s is not an exported pybox image (%v): make one with `pybox image export NAME FILE`", ErrCorrupt, in.file, err)
-	case h.Name != name || h.Typeflag != tar.TypeReg:
+	case isSparse(h):
+		return nil, in.damaged("holds %q as a sparse file, which pybox never writes", h.Name)
+	case h.Name != name:
 		return nil, fmt.Errorf("%w: %s is not an exported pybox image (it holds %q where %q belongs): make one with `pybox image export NAME FILE`",
 			ErrCorrupt, in.file, h.Name, name)
+	case h.Typeflag != tar.TypeReg:
+		return nil, in.damaged("holds %s as tar type %q, not as a regular file", name, h.Typeflag)
 	}
 	return h, nil
+}
+
+// isSparse says whether h is a sparse entry of either kind.
+func isSparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // readFormat checks the first entry: what the file is, and a format this
@@ -181,11 +211,11 @@ func (in *importer) readMeta() (*Meta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, in.damaged("has a %s that is not valid: %v", MetaFile, err)
 	}
-	if err := wire.CheckImageName(m.Name); err != nil {
-		return nil, in.damaged("names no valid image: %v", err)
+	if err := checkMeta(&m, b); err != nil {
+		return nil, in.damaged("has a %s that is not valid: %v", MetaFile, err)
 	}
-	if len(m.Digest) != 64 || strings.Trim(m.Digest, "0123456789abcdef") != "" || m.Size <= 0 {
-		return nil, in.damaged("has a %s without a sha256 digest and a size", MetaFile)
+	if m.Size <= 0 || m.Size > maxImageSize {
+		return nil, in.damaged("has a %s that gives the image %d bytes; pybox imports images of 1 byte to %d GiB", MetaFile, m.Size, maxImageSize>>30)
 	}
 	return &m, nil
 }
@@ -212,12 +242,14 @@ func (in *importer) existing(m *Meta) (*Meta, error) {
 // readImage reads the image entry, checking its size, erofs superblock
 // and sha256 on the way. With keep it copies the image to a new file
 // beside the store and returns that file's path; nothing reaches the
-// store here. The file is read once.
+// store here, and on any error nothing is left. The file is read once.
 func (in *importer) readImage(m *Meta, keep bool) (string, error) {
 	h, err := in.next(ImageFile)
 	if err != nil {
 		return "", err
 	}
+	// The entry is as long as meta.json says, which is at most
+	// maxImageSize: that bounds what is written before the digest is known.
 	if h.Size != m.Size {
 		return "", in.damaged("holds a %d-byte image, but its %s says %d bytes", h.Size, MetaFile, m.Size)
 	}
@@ -247,24 +279,55 @@ func (in *importer) readImage(m *Meta, keep bool) (string, error) {
 	return tmp, nil
 }
 
-// copyImage copies the image entry to w, then checks the erofs superblock
-// (kept from the first bytes) and the sha256 of what it copied.
+// copyImage copies the image entry to w, hashing it on the way. The
+// superblock is checked before the first byte is written, so a file
+// that holds no erofs image writes nothing; the sha256 can only be
+// checked at the end, and the caller removes what was written when it
+// does not match.
 func (in *importer) copyImage(w io.Writer, m *Meta) error {
-	h := sha256.New()
-	head := &headBuffer{max: erofsSuperEnd}
-	if _, err := io.Copy(io.MultiWriter(w, h, head), in.tr); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return in.damaged("is cut short inside its image")
-		}
-		return fmt.Errorf("image import: %w", err)
+	head := make([]byte, min(erofsSuperEnd, m.Size))
+	if _, err := io.ReadFull(in.tr, head); err != nil {
+		return in.readFailed(err)
 	}
-	if err := checkSuperblock(bytes.NewReader(head.b), m.Size); err != nil {
+	if err := checkSuperblock(bytes.NewReader(head), m.Size); err != nil {
 		return in.damaged("holds an image that %v", err)
+	}
+	h := sha256.New()
+	src := &errReader{r: io.MultiReader(bytes.NewReader(head), in.tr)}
+	if _, err := io.Copy(io.MultiWriter(w, h), src); err != nil {
+		if src.err != nil {
+			return in.readFailed(src.err)
+		}
+		return fmt.Errorf("image import: writing the image: %w: nothing was imported; make room for its %s in %s and import it again",
+			err, mib(m.Size), paths.ImagesDir(in.home))
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.Digest {
 		return in.damaged("holds an image with sha256 %s, but its %s says %s", sum, MetaFile, m.Digest)
 	}
 	return nil
+}
+
+// readFailed is the error for an image entry that could not be read whole.
+func (in *importer) readFailed(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return in.damaged("is cut short inside its image")
+	}
+	return in.damaged("cannot be read inside its image: %v", err)
+}
+
+// errReader keeps the error its reader returned, so that a failed copy
+// can tell a damaged file from a full disk.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
 }
 
 // end checks that nothing follows the image.
@@ -277,17 +340,4 @@ func (in *importer) end() error {
 		return in.damaged("is damaged after its image: %v", err)
 	}
 	return in.damaged("holds more than an image (%q follows it)", h.Name)
-}
-
-// headBuffer keeps the first max bytes written to it.
-type headBuffer struct {
-	b   []byte
-	max int
-}
-
-func (h *headBuffer) Write(p []byte) (int, error) {
-	if n := h.max - len(h.b); n > 0 {
-		h.b = append(h.b, p[:min(n, len(p))]...)
-	}
-	return len(p), nil
 }

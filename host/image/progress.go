@@ -6,10 +6,14 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"pybox/host/escape"
 )
 
 // progress shows a build's stages and counters on a terminal (one line,
 // rewritten) or in a log (a line per stage, counters at most every 10 s).
+// Every line is escaped (escape.Line): it can hold what the programs of
+// the tree printed and strings from a base image's meta.json.
 type progress struct {
 	mu     sync.Mutex
 	w      io.Writer
@@ -37,7 +41,7 @@ func (p *progress) Stage(n, of int, name, detail string) {
 	defer p.mu.Unlock()
 	p.stage = name
 	p.clear()
-	fmt.Fprintf(p.w, "%s[%d/%d] %s%s\n", p.prefix, n, of, name, dashed(detail))
+	fmt.Fprintln(p.w, escape.Line(fmt.Sprintf("%s[%d/%d] %s%s", p.prefix, n, of, name, dashed(detail))))
 	p.last = time.Now()
 }
 
@@ -45,7 +49,7 @@ func (p *progress) Stage(n, of int, name, detail string) {
 func (p *progress) Status(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	msg := p.prefix + p.stage + ": " + fmt.Sprintf(format, args...)
+	msg := escape.Line(p.prefix + p.stage + ": " + fmt.Sprintf(format, args...))
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", msg)
 		p.open = true
@@ -62,7 +66,7 @@ func (p *progress) Say(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clear()
-	fmt.Fprintf(p.w, p.prefix+format+"\n", args...)
+	fmt.Fprintln(p.w, escape.Line(p.prefix+fmt.Sprintf(format, args...)))
 }
 
 func (p *progress) clear() {

@@ -27,8 +27,11 @@ func exportFake(t testing.TB, name string, blocks int) (string, *Meta, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Meta{Name: name, Digest: digest, Size: int64(len(b)), Python: "3.11.2", Builder: BuilderVersion,
-		BuiltAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	m := &Meta{Name: name, Digest: digest, Size: int64(len(b)), Python: "3.11.2", Suite: "bookworm", Builder: BuilderVersion,
+		RecipeHash: strings.Repeat("ab", 32), Recipe: Recipe{Name: name, Suite: "bookworm"},
+		Main:     []Package{{Name: "python3", Version: "3.11.2-1+b1"}, {Name: "python3-numpy", Version: "1:1.24.2-1"}, {Name: "wheel:tabulate", Version: "0.9.0"}},
+		Packages: []Package{{Name: "python3", Version: "3.11.2-1+b1"}, {Name: "python3-numpy", Version: "1:1.24.2-1"}},
+		BuiltAt:  time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	if err := install(home, m, p); err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +224,9 @@ func TestImportRefusesDamage(t *testing.T) {
 			}
 			if es := storeEntries(t, home); len(es) != 0 {
 				t.Errorf("the refused import left %v in the store", es)
+			}
+			if fs := filesUnder(t, home); len(fs) != 0 {
+				t.Errorf("the refused import left %v", fs)
 			}
 		})
 	}
