@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every test: the unit tests of all packages (with their fuzz seed
-# corpora), then the end-to-end suite that drives the real binary against a
-# real VM (cmd/pybox). Prints one closing line: "N passed, M failed".
+# corpora), the host packages again under the race detector, then the
+# end-to-end suite that drives the real binary against a real VM
+# (cmd/pybox). Prints one closing line: "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,13 @@ echo "== unit tests"
 # Under -v every test prints RUN and PASS lines: keep the log whole, show
 # the rest (package lines, failures, what tests print).
 { go test -count=1 -timeout 20m -v $unit; echo $? > "$log.rc"; } 2>&1 | tee -a "$log" |
+  grep -vE '^(=== (RUN|PAUSE|CONT)|\s*--- PASS)' || true
+[ "$(cat "$log.rc")" = 0 ] || status=1
+rm -f "$log.rc"
+echo "== the host packages under the race detector"
+# pybox mcp and the supervisor serve many goroutines at once; a race there
+# can kill them. Its tests count again here, as the seal switch's do below.
+{ go test -count=1 -race -timeout 20m -v ./host/...; echo $? > "$log.rc"; } 2>&1 | tee -a "$log" |
   grep -vE '^(=== (RUN|PAUSE|CONT)|\s*--- PASS)' || true
 [ "$(cat "$log.rc")" = 0 ] || status=1
 rm -f "$log.rc"

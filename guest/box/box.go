@@ -373,32 +373,21 @@ func (b *Box) newRun(r *wire.Run) *run {
 	return rn
 }
 
-// dataInfo is the data folders for the receipt, as the host described
-// them, each string bounded: the host checks them again.
+// dataInfo is the data folders for the receipt: their names, as the run
+// gave them. Where each is on the host and what it holds is the host's to
+// say; it fills those in itself when the receipt reaches it.
 func dataInfo(in []wire.DataFolder) []wire.DataFolder {
 	if len(in) > wire.MaxDataFolders {
 		in = in[:wire.MaxDataFolders]
 	}
-	out := make([]wire.DataFolder, 0, len(in))
-	for _, d := range in {
-		d.HostPath = cut(d.HostPath, 1024)
-		d.Digest = cut(d.Digest, 64)
-		if len(d.LeftOut) > 8 {
-			d.LeftOut = d.LeftOut[:8]
-		}
-		out = append(out, d)
-	}
-	if len(out) == 0 {
+	if len(in) == 0 {
 		return nil
 	}
-	return out
-}
-
-func cut(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	out := make([]wire.DataFolder, len(in))
+	for i, d := range in {
+		out[i] = wire.DataFolder{Name: d.Name}
 	}
-	return s
+	return out
 }
 
 // Readings of memory.peak.

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -140,5 +141,21 @@ func TestProgramEnvOpenBLASCoreType(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s under %q: OPENBLAS_CORETYPE=Prescott set %v, want %v", c.goarch, c.accel, got, c.want)
 		}
+	}
+}
+
+// The receipt names the run's data folders and says nothing more of them:
+// where they are on the host and what they hold is the host's to fill in,
+// whatever a request carried.
+func TestReceiptDataNamesOnly(t *testing.T) {
+	b := &Box{cfg: Config{Images: map[string]wire.ImageInfo{"stdlib": {Name: "stdlib"}}, Data: []string{"sales"}}, paths: paths{staging: t.TempDir()}}
+	r := &wire.Run{RunID: "r1", Code: "pass", Image: "none", TimeoutSeconds: 1, MaxOutputBytes: 10,
+		Data: []wire.DataFolder{{Name: "sales", HostPath: "/home/u/sales", Files: 3, Bytes: 99, Digest: "ab", LeftOut: []string{"1 symbolic link"}}}}
+	rec := b.Run(t.Context(), r, nil).Receipt
+	if want := []wire.DataFolder{{Name: "sales"}}; !reflect.DeepEqual(rec.Data, want) {
+		t.Errorf("receipt data %+v, want %+v", rec.Data, want)
+	}
+	if got := dataInfo(nil); got != nil {
+		t.Errorf("dataInfo(nil) = %+v, want nil (no data in the receipt)", got)
 	}
 }

@@ -22,8 +22,9 @@ import (
 )
 
 // fakeGuest answers like the guest agent: pong, ok, and a receipt per run;
-// a run whose code is "wait" ends only when cancelled, and one whose code
-// is "deaf" never ends: a guest stuck on it.
+// a run whose code is "wait" ends only when cancelled, one whose code is
+// "deaf" never ends: a guest stuck on it, and one whose code is "lie"
+// claims its data folders are elsewhere and larger than they are.
 func fakeGuest(t *testing.T, conn net.Conn) {
 	var wmu sync.Mutex
 	write := func(m *wire.Message) {
@@ -59,7 +60,13 @@ func fakeGuest(t *testing.T, conn net.Conn) {
 				mu.Unlock()
 				continue
 			}
-			write(receipt(m.ID, m.Run.RunID, wire.StatusOK))
+			rc := receipt(m.ID, m.Run.RunID, wire.StatusOK)
+			if m.Run.Code == "lie" {
+				for _, d := range m.Run.Data {
+					rc.Result.Receipt.Data = append(rc.Result.Receipt.Data, wire.DataFolder{Name: d.Name, HostPath: "/", Bytes: 1 << 40})
+				}
+			}
+			write(rc)
 		case wire.TypeCancel:
 			write(&wire.Message{Type: wire.TypeOK, ID: m.ID})
 			mu.Lock()
@@ -84,7 +91,11 @@ func serve(t *testing.T) string {
 }
 
 // serveHello is serve with the guest's hello given.
-func serveHello(t *testing.T, hello wire.Hello) string {
+func serveHello(t *testing.T, hello wire.Hello) string { return serveWith(t, hello, nil) }
+
+// serveWith is serveHello with what readies a run's data folders (see
+// supervisor.Relay.SetPrepare), when not nil.
+func serveWith(t *testing.T, hello wire.Hello, prepare func(*wire.Run) ([]wire.DataFolder, *wire.Error)) string {
 	home, err := os.MkdirTemp("", "pyboxc")
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +113,9 @@ func serveHello(t *testing.T, hello wire.Hello) string {
 	host, guest := net.Pipe()
 	go fakeGuest(t, guest)
 	r := supervisor.NewRelay(host, hello, t.Logf)
+	if prepare != nil {
+		r.SetPrepare(prepare)
+	}
 	go r.Run()
 	go r.Serve(l)
 	t.Cleanup(func() { l.Close(); r.Close(); guest.Close() })
@@ -175,6 +189,28 @@ func TestHelloPingRun(t *testing.T) {
 	res, err := c.Run(context.Background(), testRun("r1", "print(1)"))
 	if err != nil || res.Receipt.Status != wire.StatusOK || res.Receipt.RunID != "r1" {
 		t.Fatalf("Run = %+v, %v", res, err)
+	}
+}
+
+// What a run's receipt says of its data folders is what the host
+// recorded when it readied them, not what the guest answered.
+func TestRunDataFromHost(t *testing.T) {
+	host := []wire.DataFolder{{Name: "sales", HostPath: "/home/u/sales", Files: 2, Bytes: 11, Digest: "d1"}}
+	home := serveWith(t, wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "fake"},
+		func(*wire.Run) ([]wire.DataFolder, *wire.Error) { return host, nil })
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	run := testRun("r1", "lie")
+	run.Data = []wire.DataFolder{{Name: "sales"}}
+	res, err := c.Run(context.Background(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Receipt.Data; len(got) != 1 || got[0].HostPath != "/home/u/sales" || got[0].Bytes != 11 || got[0].Files != 2 {
+		t.Fatalf("receipt data %+v, want the host's %+v", got, host)
 	}
 }
 

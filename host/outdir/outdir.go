@@ -6,24 +6,37 @@
 // The names are the program's, so they are held to the rules a careful
 // user would set: a plain file name, nothing that needs escaping, never
 // outside the run's directory (it is written through an os.Root), never
-// over a file that exists (the directory is new, and every file is
-// created with O_EXCL), names that start with a dot only when asked for,
-// and a bound on the bytes of one run. A file is kept only if it came
-// whole and matches the sha256 the receipt gives it.
+// over a file that exists (the directory is new, every file is created
+// with O_EXCL, and given its name by a link, which replaces nothing),
+// names that start with a dot only when asked for, and a bound on the
+// bytes of one run. A file is kept only if it came whole and matches the
+// sha256 the receipt gives it: until then it is written under a
+// temporary name, and only a file that is whole, checked and on disk is
+// given its own name, so that no program or person sees part of a file,
+// or a file the receipt disowns, under a name it could take for the
+// result.
 package outdir
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"pybox/shared/wire"
 )
+
+// partPrefix starts the temporary name of a file being written; no name
+// a program gives is let take it (see Dir.open).
+const partPrefix = ".pybox-partial-"
 
 // Options are what the user set.
 type Options struct {
@@ -42,11 +55,16 @@ type Saved struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Dir takes one run's delivered files. Its methods are called from one
-// goroutine at a time (the client's reader, then the caller).
+// Dir takes one run's delivered files. Chunk is called by the client's
+// reader, which may still be at it when the caller gives up on the run
+// (Abort); mu makes each call whole, and once Finish or Abort has run,
+// nothing more is written.
 type Dir struct {
-	path    string // <parent>/<run_id>; made at the first file
-	opts    Options
+	path string // <parent>/<run_id>; made at the first file
+	opts Options
+
+	mu      sync.Mutex
+	done    bool // Finish or Abort has run
 	root    *os.Root
 	failed  string // why nothing more is written (the directory could not be made)
 	written int64
@@ -58,7 +76,8 @@ type Dir struct {
 
 // incoming is a file being written.
 type incoming struct {
-	f      *os.File
+	tmp    string   // its temporary name while it is on disk under it, else ""
+	f      *os.File // open until Finish or Abort
 	n      int64
 	h      hash.Hash
 	failed string // why it is not kept
@@ -77,15 +96,21 @@ func New(parent, runID string, opts Options) *Dir {
 func (d *Dir) Path() string { return d.path }
 
 // Chunk writes part of a delivered file. Parts of a file come in order;
-// anything else marks the file as not kept.
+// anything else marks the file as not kept. After Finish or Abort it does
+// nothing: a part that comes after the run was given up makes no file.
 func (d *Dir) Chunk(c *wire.OutputChunk) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return
+	}
 	in := d.files[c.Name]
 	if in == nil {
 		if len(d.files) >= wire.MaxDeliveredFiles {
 			d.excess++ // more files than a guest that works sends
 			return
 		}
-		in = d.open(c.Name)
+		in = d.open(c.Name, len(d.order))
 		d.files[c.Name] = in
 		d.order = append(d.order, c.Name)
 	}
@@ -108,26 +133,32 @@ func (d *Dir) Chunk(c *wire.OutputChunk) {
 	d.written += int64(len(c.Data))
 }
 
-// open starts a file, or says why it is not written.
-func (d *Dir) open(name string) *incoming {
+// open starts the i-th file of the run under its temporary name, or says
+// why it is not written.
+func (d *Dir) open(name string, i int) *incoming {
 	in := &incoming{h: sha256.New()}
 	switch {
 	case wire.CheckFileName(name) != nil || wire.EscapeName(name) != name:
 		in.failed = "its name is not a plain file name"
 	case strings.HasPrefix(name, ".") && !d.opts.Dotfiles:
 		in.failed = "its name starts with a dot (allow such names to write it)"
+	case strings.HasPrefix(strings.ToLower(name), partPrefix):
+		// Lower case: on a filesystem that ignores case the name would
+		// still be a temporary one's.
+		in.failed = "its name is one PyBox gives files while they are written"
 	case !d.made():
 		in.failed = d.failed
 	}
 	if in.failed != "" {
 		return in
 	}
-	f, err := d.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp := partPrefix + strconv.Itoa(i)
+	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		in.failed = err.Error()
 		return in
 	}
-	in.f = f
+	in.tmp, in.f = tmp, f
 	return in
 }
 
@@ -159,10 +190,76 @@ func (in *incoming) fail(why string) {
 	}
 }
 
-// Finish closes what was written and keeps each file that came whole
-// with the size and sha256 the receipt gives it; the others are removed.
-// It returns the files kept, and one note per file not kept.
+// seal puts what was written of in on disk and closes it.
+func (in *incoming) seal() {
+	if in.f == nil {
+		return
+	}
+	if err := in.f.Sync(); err != nil {
+		in.fail(err.Error())
+	}
+	if err := in.f.Close(); err != nil {
+		in.fail(err.Error())
+	}
+	in.f = nil
+}
+
+// discard closes in and removes its temporary file.
+func (d *Dir) discard(in *incoming) {
+	if in.f != nil {
+		in.f.Close()
+		in.f = nil
+	}
+	if in.tmp != "" {
+		d.root.Remove(in.tmp)
+		in.tmp = ""
+	}
+}
+
+// keep gives a whole, checked file its own name. A hard link, then the
+// temporary name removed, is a rename that never replaces: the run's
+// directory is new and only this writes in it, but where the filesystem
+// ignores case "A.txt" and "a.txt" are one name, and the second must not
+// replace the first.
+func (d *Dir) keep(in *incoming, name string) {
+	err := d.root.Link(in.tmp, name)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		// A filesystem without hard links (FAT, exFAT) renames instead,
+		// once it has nothing under the name.
+		_, lerr := d.root.Lstat(name)
+		switch {
+		case lerr == nil:
+			err = fs.ErrExist
+		case errors.Is(lerr, fs.ErrNotExist):
+			if err = d.root.Rename(in.tmp, name); err == nil {
+				in.tmp = ""
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		in.fail("another file of the run has that name here (the folder's filesystem may ignore case)")
+	case err != nil:
+		in.fail(err.Error())
+	case in.tmp != "":
+		if err := d.root.Remove(in.tmp); err != nil {
+			d.notes = append(d.notes, fmt.Sprintf("left behind: %s: %v (remove it)", filepath.Join(d.path, in.tmp), err))
+		}
+		in.tmp = ""
+	}
+}
+
+// Finish keeps each file that came whole with the size and sha256 the
+// receipt gives it, under its own name, on disk; the others are removed.
+// It returns the files kept, and one note per file not kept. After Abort,
+// or a first Finish, it keeps nothing.
 func (d *Dir) Finish(delivered []wire.FileDigest) ([]Saved, []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return nil, nil
+	}
+	d.done = true
 	want := map[string]wire.FileDigest{}
 	for _, f := range delivered {
 		want[f.Name] = f
@@ -170,11 +267,7 @@ func (d *Dir) Finish(delivered []wire.FileDigest) ([]Saved, []string) {
 	var saved []Saved
 	for _, name := range d.order {
 		in := d.files[name]
-		if in.f != nil {
-			if err := in.f.Close(); err != nil {
-				in.fail(err.Error())
-			}
-		}
+		in.seal()
 		w, listed := want[name]
 		sum := hex.EncodeToString(in.h.Sum(nil))
 		switch {
@@ -183,11 +276,11 @@ func (d *Dir) Finish(delivered []wire.FileDigest) ([]Saved, []string) {
 			in.fail("the receipt does not list it as delivered")
 		case w.Bytes != in.n || w.SHA256 != sum:
 			in.fail("it does not match the receipt's size and sha256")
+		default:
+			d.keep(in, name)
 		}
 		if in.failed != "" {
-			if in.f != nil {
-				d.root.Remove(name)
-			}
+			d.discard(in)
 			d.notes = append(d.notes, fmt.Sprintf("not written: %s: %s", wire.EscapeName(name), in.failed))
 			continue
 		}
@@ -202,6 +295,11 @@ func (d *Dir) Finish(delivered []wire.FileDigest) ([]Saved, []string) {
 		d.notes = append(d.notes, fmt.Sprintf("not written: %d parts of files past the first %d, more than a run delivers", d.excess, wire.MaxDeliveredFiles))
 	}
 	if d.root != nil {
+		if len(saved) > 0 {
+			if err := d.syncDirs(); err != nil {
+				d.notes = append(d.notes, fmt.Sprintf("%s may not survive a crash: %v", d.path, err))
+			}
+		}
 		d.root.Close()
 		if len(saved) == 0 {
 			os.Remove(d.path) // an empty directory says nothing
@@ -211,13 +309,37 @@ func (d *Dir) Finish(delivered []wire.FileDigest) ([]Saved, []string) {
 	return saved, d.notes
 }
 
+// syncDirs puts the names of the run's directory on disk, and its own
+// name in the folder above: a file synced is not found after a crash
+// unless the directory that names it was synced too.
+func (d *Dir) syncDirs() error {
+	run, err := d.root.Open(".")
+	if err != nil {
+		return err
+	}
+	defer run.Close()
+	if err := run.Sync(); err != nil {
+		return err
+	}
+	parent, err := os.Open(filepath.Dir(d.path))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	return parent.Sync()
+}
+
 // Abort removes whatever was written: the run failed before its receipt.
+// A Chunk that comes later writes nothing.
 func (d *Dir) Abort() {
-	for name, in := range d.files {
-		if in.f != nil {
-			in.f.Close()
-			d.root.Remove(name)
-		}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return
+	}
+	d.done = true
+	for _, name := range d.order {
+		d.discard(d.files[name])
 	}
 	if d.root != nil {
 		d.root.Close()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"pybox/shared/wire"
@@ -149,5 +150,110 @@ func TestFileCap(t *testing.T) {
 	}
 	if joined := strings.Join(notes, "\n"); !strings.Contains(joined, "not written: 3 parts of files past the first 1024") {
 		t.Errorf("notes %q", notes)
+	}
+}
+
+// A file is under its own name only once it is whole and matches the
+// receipt: while its parts come it is under a temporary name, and one
+// the receipt disowns never has its name at all.
+func TestNeverVisibleBeforeWhole(t *testing.T) {
+	parent := t.TempDir()
+	run := filepath.Join(parent, "r")
+	d := New(parent, "r", Options{})
+	body := []byte("one, two, three, four")
+	for off := 0; off < len(body); off += 4 {
+		d.Chunk(&wire.OutputChunk{Name: "data.csv", Offset: int64(off), Data: body[off:min(off+4, len(body))]})
+		d.Chunk(&wire.OutputChunk{Name: "bad.csv", Offset: int64(off), Data: body[off:min(off+4, len(body))]})
+		for _, n := range names(t, run) {
+			if !strings.HasPrefix(n, partPrefix) {
+				t.Fatalf("after %d bytes the run's directory holds %q", off, n)
+			}
+		}
+	}
+	bad := digest("bad.csv", body)
+	bad.SHA256 = strings.Repeat("0", 64)
+	saved, notes := d.Finish([]wire.FileDigest{digest("data.csv", body), bad})
+	if got := names(t, run); !slices.Equal(got, []string{"data.csv"}) {
+		t.Errorf("after Finish the run's directory holds %q", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(run, "data.csv")); string(b) != string(body) || len(saved) != 1 || len(notes) != 1 {
+		t.Errorf("data.csv is %q; saved %+v, notes %q", b, saved, notes)
+	}
+}
+
+// Nothing is made after Abort: not the run's directory, not a file, and
+// what came before is gone. Finish then keeps nothing.
+func TestNothingAfterAbort(t *testing.T) {
+	parent := t.TempDir()
+	d := New(parent, "r", Options{})
+	d.Abort()
+	d.Chunk(&wire.OutputChunk{Name: "late.txt", Data: []byte("late")})
+	if got := names(t, parent); len(got) != 0 {
+		t.Errorf("after an Abort with nothing written, the folder holds %q", got)
+	}
+	d = New(parent, "r2", Options{})
+	d.Chunk(&wire.OutputChunk{Name: "early.txt", Data: []byte("early")})
+	d.Abort()
+	d.Chunk(&wire.OutputChunk{Name: "late.txt", Data: []byte("late")})
+	d.Chunk(&wire.OutputChunk{Name: "early.txt", Offset: 5, Data: []byte("more")})
+	if saved, notes := d.Finish([]wire.FileDigest{digest("late.txt", []byte("late"))}); len(saved) != 0 || len(notes) != 0 {
+		t.Errorf("Finish after Abort: saved %+v, notes %q", saved, notes)
+	}
+	if got := names(t, parent); len(got) != 0 {
+		t.Errorf("after Abort the folder holds %q", got)
+	}
+}
+
+// The client's reader may still pass parts on while the caller gives up
+// on the run: Chunk and Abort share the Dir safely (run with -race), and
+// once Abort has returned nothing is left and nothing more appears.
+func TestAbortWhileChunking(t *testing.T) {
+	parent := t.TempDir()
+	d := New(parent, "r", Options{})
+	started := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// A new file with every part: each adds to what Abort goes over.
+		for i := range wire.MaxDeliveredFiles {
+			d.Chunk(&wire.OutputChunk{Name: fmt.Sprintf("f%04d", i), Data: []byte("part")})
+			if i == 10 {
+				close(started)
+			}
+		}
+	})
+	<-started
+	d.Abort()
+	if got := names(t, parent); len(got) != 0 {
+		t.Errorf("right after Abort the folder holds %q", got)
+	}
+	wg.Wait()
+	if got := names(t, parent); len(got) != 0 {
+		t.Errorf("after the late parts the folder holds %q", got)
+	}
+}
+
+// The final name is never taken over: one given meanwhile (as "A.txt"
+// is "a.txt" where the filesystem ignores case) stays as it was, and no
+// program's name may be a temporary one's.
+func TestKeepNeverReplaces(t *testing.T) {
+	parent := t.TempDir()
+	d := New(parent, "r", Options{Dotfiles: true})
+	d.Chunk(&wire.OutputChunk{Name: "a.txt", Data: []byte("program")})
+	d.Chunk(&wire.OutputChunk{Name: ".PyBox-Partial-7", Data: []byte("x")})
+	if err := os.WriteFile(filepath.Join(parent, "r", "a.txt"), []byte("there first"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved, notes := d.Finish([]wire.FileDigest{digest("a.txt", []byte("program")), digest(".PyBox-Partial-7", []byte("x"))})
+	if b, _ := os.ReadFile(filepath.Join(parent, "r", "a.txt")); string(b) != "there first" || len(saved) != 0 {
+		t.Errorf("a.txt is %q, saved %+v", b, saved)
+	}
+	joined := strings.Join(notes, "\n")
+	for _, w := range []string{"a.txt: another file of the run has that name", ".PyBox-Partial-7: its name is one PyBox gives"} {
+		if !strings.Contains(joined, w) {
+			t.Errorf("notes %q lack %q", notes, w)
+		}
+	}
+	if got := names(t, filepath.Join(parent, "r")); !slices.Equal(got, []string{"a.txt"}) {
+		t.Errorf("the run's directory holds %q", got)
 	}
 }

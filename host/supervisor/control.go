@@ -57,6 +57,9 @@ func Start(ctx context.Context, o StartOptions) (*State, error) {
 	if err := o.VM.Check(); err != nil {
 		return nil, err
 	}
+	if err := vm.CheckDataPlaces(o.VM.Data, o.Home); err != nil {
+		return nil, err
+	}
 	o.VM.Dir = d.Dir
 	lock, ok, err := tryLock(d.Lock())
 	if err != nil {

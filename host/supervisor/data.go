@@ -12,10 +12,12 @@ import (
 )
 
 // prepareRun brings the copy of each data folder a run names up to date,
-// and describes each in the run for its receipt: the host folder as the
-// user configured it, what it held, and what of it the box does not see.
-// The relay calls it only while no other run is in flight.
-func (s *supervisor) prepareRun(run *wire.Run) *wire.Error {
+// and returns the host's record of each, in the run's order, for its
+// receipt: the host folder as the user configured it, what it held, and
+// what of it the box does not see. The run itself is not changed: the
+// guest is told names only (see Relay.forward). The relay calls it only
+// while no other run is in flight.
+func (s *supervisor) prepareRun(run *wire.Run) ([]wire.DataFolder, *wire.Error) {
 	shares := map[string]vm.DataShare{}
 	var names []string
 	for _, d := range s.cfg.VM.Data {
@@ -23,14 +25,15 @@ func (s *supervisor) prepareRun(run *wire.Run) *wire.Error {
 		names = append(names, d.Name)
 	}
 	var total int64
-	for i, want := range run.Data {
+	record := make([]wire.DataFolder, 0, len(run.Data))
+	for _, want := range run.Data {
 		d, ok := shares[want.Name]
 		if !ok {
 			have := "none (start it with `pybox vm start --data NAME=DIR`)"
 			if len(names) > 0 {
 				have = strings.Join(names, ", ")
 			}
-			return &wire.Error{Code: wire.ErrNoData, Message: fmt.Sprintf("this VM has no data folder %q; it has: %s", want.Name, have)}
+			return nil, &wire.Error{Code: wire.ErrNoData, Message: fmt.Sprintf("this VM has no data folder %q; it has: %s", want.Name, have)}
 		}
 		lim := mirror.DefaultLimits
 		if run.MaxDataBytes > 0 {
@@ -38,19 +41,19 @@ func (s *supervisor) prepareRun(run *wire.Run) *wire.Error {
 		}
 		rep, err := mirror.Sync(d.Folder, d.Mirror, lim)
 		if errors.Is(err, mirror.ErrTooLarge) && run.MaxDataBytes > 0 {
-			return &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf(
+			return nil, &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf(
 				"data folder %s is too large for one call (%v); this server allows %d bytes of data folders per call (its --max-data-bytes)",
 				d.Name, err, run.MaxDataBytes)}
 		}
 		if err != nil {
-			return &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf("data folder %s: %v", d.Name, err)}
+			return nil, &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf("data folder %s: %v", d.Name, err)}
 		}
 		total += rep.Bytes
 		s.logf("data folder %s: %d files, %d bytes (%d copied, %d removed) in %v", d.Name, rep.Files, rep.Bytes, rep.Copied, rep.Removed, rep.Took)
-		run.Data[i] = wire.DataFolder{Name: d.Name, HostPath: d.Folder, Files: rep.Files, Bytes: rep.Bytes,
-			Digest: rep.Digest, LeftOut: rep.LeftOutLines()}
+		record = append(record, wire.DataFolder{Name: d.Name, HostPath: d.Folder, Files: rep.Files, Bytes: rep.Bytes,
+			Digest: rep.Digest, LeftOut: rep.LeftOutLines()})
 	}
-	return nil
+	return record, nil
 }
 
 // makeMirrors makes an empty copy for each data folder, so that the VM

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,15 +66,16 @@ type Relay struct {
 	// does not answer its pings: runs are refused at once meanwhile.
 	silent string
 	// prepare, when set, readies what a run that names data folders
-	// needs (their copies brought up to date) before it is sent; it runs
+	// needs (their copies brought up to date) before it is sent, and
+	// returns the host's record of each for the run's receipt; it runs
 	// only while no other run is in flight, as preparing says.
-	prepare   func(*wire.Run) *wire.Error
+	prepare   func(*wire.Run) ([]wire.DataFolder, *wire.Error)
 	preparing bool
 }
 
 // SetPrepare sets what readies a run that names data folders (see
 // Relay.prepare).
-func (r *Relay) SetPrepare(f func(*wire.Run) *wire.Error) { r.prepare = f }
+func (r *Relay) SetPrepare(f func(*wire.Run) ([]wire.DataFolder, *wire.Error)) { r.prepare = f }
 
 // pending is a request on its way through the guest.
 type pending struct {
@@ -83,6 +85,9 @@ type pending struct {
 	runID   string
 	expires time.Time
 	deliver bool // a run that asked for its output streamed (Run.Deliver)
+	// data is the host's record of the data folders a run names, put
+	// into its receipt in place of what the guest says (see hostFacts).
+	data []wire.DataFolder
 	// reply, when set, takes the answer instead of a client: the
 	// supervisor's own requests (its health pings).
 	reply chan *wire.Message
@@ -246,6 +251,8 @@ func (r *Relay) deliver(m *wire.Message) {
 	case m.Type == wire.TypeReceipt && m.Result.Receipt.RunID != p.runID:
 		r.logf("the guest answered run %s with the receipt of run %q: dropped", p.runID, m.Result.Receipt.RunID)
 		m = errorMessage(wire.ErrProtocol, "the guest answered with another run's receipt", &wire.Cleanup{Status: wire.CleanupUnknown})
+	case m.Type == wire.TypeReceipt:
+		hostFacts(&m.Result.Receipt, p.data)
 	}
 	if p.c == nil && p.reply == nil {
 		r.logOrphan(p, m)
@@ -275,6 +282,28 @@ func (r *Relay) deliverOutput(m *wire.Message) {
 	}
 	m.ID = p.id
 	p.c.sendWait(m, clientWriteLimit)
+}
+
+// hostFacts puts the host's own record of a run's data folders into its
+// receipt, over whatever the guest wrote there: the guest was told their
+// names only, and what it says of the host's folders proves nothing. A run
+// that named none has none, whatever the guest claims.
+func hostFacts(rc *wire.Receipt, data []wire.DataFolder) {
+	rc.Data = slices.Clone(data)
+}
+
+// namesOnly is what the guest is told of a run's data folders: their
+// names. Where they are on the host and what they hold is the host's to
+// say (hostFacts).
+func namesOnly(data []wire.DataFolder) []wire.DataFolder {
+	if len(data) == 0 {
+		return nil
+	}
+	out := make([]wire.DataFolder, len(data))
+	for i, d := range data {
+		out[i] = wire.DataFolder{Name: d.Name}
+	}
+	return out
 }
 
 func allowed(req, reply string) bool {
@@ -486,23 +515,29 @@ func (r *Relay) forward(c *peer, m *wire.Message) {
 		r.mu.Unlock()
 	}
 	if m.Type == wire.TypeRun && len(m.Run.Data) > 0 {
-		if e := r.prepareData(m.Run); e != nil {
+		data, e := r.prepareData(m.Run)
+		if e != nil {
 			c.sendErr(m.ID, e.Code, e.Message, notSent)
 			return
 		}
 		defer r.donePreparing()
+		p.data = data
+	}
+	if m.Type == wire.TypeRun {
+		m.Run.Data = namesOnly(m.Run.Data)
 	}
 	if err := r.send(p, m); err != nil {
 		c.sendErr(m.ID, wire.ErrNoVM, "the VM is not reachable: "+err.Error(), notSent)
 	}
 }
 
-// prepareData readies a run that names data folders. Their copies must
-// not change under a run that reads them, so this waits for nothing: with
-// another run in flight (or being readied), the run is busy, as the
-// guest would say. The caller must call donePreparing once the run is
-// sent (and so in flight) or refused.
-func (r *Relay) prepareData(run *wire.Run) *wire.Error {
+// prepareData readies a run that names data folders and returns the
+// host's record of them. Their copies must not change under a run that
+// reads them, so this waits for nothing: with another run in flight (or
+// being readied), the run is busy, as the guest would say. The caller
+// must call donePreparing once the run is sent (and so in flight); after
+// a refusal there is nothing to undo.
+func (r *Relay) prepareData(run *wire.Run) ([]wire.DataFolder, *wire.Error) {
 	r.mu.Lock()
 	busy := r.preparing
 	for _, q := range r.pending {
@@ -513,17 +548,18 @@ func (r *Relay) prepareData(run *wire.Run) *wire.Error {
 	}
 	r.mu.Unlock()
 	if busy {
-		return &wire.Error{Code: wire.ErrBusy, Message: "another run is in progress; nothing was queued: try again when it has finished"}
+		return nil, &wire.Error{Code: wire.ErrBusy, Message: "another run is in progress; nothing was queued: try again when it has finished"}
 	}
 	if r.prepare == nil {
 		r.donePreparing()
-		return &wire.Error{Code: wire.ErrNoData, Message: "this VM has no data folders: start it with `pybox vm start --data NAME=DIR`"}
+		return nil, &wire.Error{Code: wire.ErrNoData, Message: "this VM has no data folders: start it with `pybox vm start --data NAME=DIR`"}
 	}
-	if e := r.prepare(run); e != nil {
+	data, e := r.prepare(run)
+	if e != nil {
 		r.donePreparing()
-		return e
+		return nil, e
 	}
-	return nil
+	return data, nil
 }
 
 func (r *Relay) donePreparing() {

@@ -73,7 +73,8 @@ type Receipt struct {
 	Pids          Pids         `json:"pids"`
 	Capture       Capture      `json:"capture"`
 	InputFiles    []FileDigest `json:"input_files"`
-	// Data lists the data folders the box saw, as the host described them.
+	// Data lists the data folders the box saw. The host fills it in from
+	// its own record when the receipt reaches it; the guest's is not kept.
 	Data    []DataFolder `json:"data,omitempty"`
 	Output  Output       `json:"output_files"`
 	Posture *Posture     `json:"posture,omitempty"`

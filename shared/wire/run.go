@@ -44,9 +44,9 @@ type Run struct {
 	Files          []InputFile `json:"files,omitempty"`
 	ReturnFiles    bool        `json:"return_files"`
 	// Data names the data folders the box sees read-only at /data/NAME.
-	// The client gives the names; the supervisor, which brings each
-	// folder up to date before the run, fills in the rest for the
-	// receipt.
+	// Only the names count: the supervisor brings each folder up to date
+	// before the run, tells the guest nothing but the names, and fills in
+	// the rest of the receipt's Data from its own record.
 	Data []DataFolder `json:"data,omitempty"`
 	// MaxDataBytes, when not 0, is the most the named data folders may
 	// hold together; a run over it is refused before it starts.
@@ -64,6 +64,8 @@ type Deliver struct {
 
 // DataFolder is a data folder a run sees: its name, and as the host
 // describes it, where it is on the host and what it held for this run.
+// Between host and guest only Name travels; the rest is the host's alone,
+// filled in by the supervisor when the receipt comes back.
 type DataFolder struct {
 	Name     string `json:"name"`
 	HostPath string `json:"host_path,omitempty"`

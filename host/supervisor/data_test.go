@@ -1,0 +1,107 @@
+package supervisor
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"pybox/host/vm"
+	"pybox/shared/wire"
+)
+
+// salesRecord is what the host knows of data folder sales in these tests.
+var salesRecord = []wire.DataFolder{{Name: "sales", HostPath: "/home/u/sales", Files: 2, Bytes: 11,
+	Digest: "d1", LeftOut: []string{"1 symbolic link"}}}
+
+// dataHarness is a harness whose relay readies data folder runs with
+// salesRecord.
+func dataHarness(t *testing.T) (*harness, net.Conn) {
+	h := newHarness(t)
+	h.relay.SetPrepare(func(*wire.Run) ([]wire.DataFolder, *wire.Error) { return salesRecord, nil })
+	c := h.connect()
+	h.hello(c)
+	return h, c
+}
+
+// The guest is told the names of a run's data folders, nothing of the
+// host's, even when the client's request carried more.
+func TestGuestToldDataNamesOnly(t *testing.T) {
+	h, c := dataHarness(t)
+	run := testRun("r1")
+	run.Data = []wire.DataFolder{{Name: "sales", HostPath: "/etc", Bytes: 1}}
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 9, Run: run})
+	g := recv(t, h.guest)
+	if want := []wire.DataFolder{{Name: "sales"}}; !reflect.DeepEqual(g.Run.Data, want) {
+		t.Fatalf("the guest was told %+v, want %+v", g.Run.Data, want)
+	}
+}
+
+// A guest that lies about a data folder, or leaves it out of its receipt,
+// changes nothing the client sees: the host's own record is what the
+// receipt says.
+func TestReceiptDataIsTheHosts(t *testing.T) {
+	for name, claim := range map[string][]wire.DataFolder{
+		"lies":    {{Name: "sales", HostPath: "/", Files: 1e6, Bytes: 1 << 40, Digest: "ff", LeftOut: []string{"nothing"}}},
+		"extra":   {salesRecord[0], {Name: "secrets", HostPath: "/root"}},
+		"silent":  nil,
+		"renamed": {{Name: "other", HostPath: "/home/u/sales"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, c := dataHarness(t)
+			run := testRun("r1")
+			run.Data = []wire.DataFolder{{Name: "sales"}}
+			send(t, c, &wire.Message{Type: wire.TypeRun, ID: 9, Run: run})
+			g := recv(t, h.guest)
+			rc := receipt("r1", wire.StatusOK)
+			rc.ID, rc.Result.Receipt.Data = g.ID, claim
+			send(t, h.guest, rc)
+			m := recv(t, c)
+			if m.Type != wire.TypeReceipt || !reflect.DeepEqual(m.Result.Receipt.Data, salesRecord) {
+				t.Fatalf("the client got %s with data %+v, want the host's %+v", m.Type, m.Result.Receipt.Data, salesRecord)
+			}
+		})
+	}
+}
+
+// A run that named no data folder has none in its receipt, whatever the
+// guest claims.
+func TestReceiptDataOfRunWithout(t *testing.T) {
+	h, c := dataHarness(t)
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 9, Run: testRun("r1")})
+	g := recv(t, h.guest)
+	rc := receipt("r1", wire.StatusOK)
+	rc.ID, rc.Result.Receipt.Data = g.ID, salesRecord
+	send(t, h.guest, rc)
+	if m := recv(t, c); m.Type != wire.TypeReceipt || m.Result.Receipt.Data != nil {
+		t.Fatalf("the client got %s with data %+v, want none", m.Type, m.Result.Receipt.Data)
+	}
+}
+
+// prepareRun brings the copy up to date and returns what the host found
+// in the folder, leaving the run as the client sent it.
+func TestPrepareRunRecord(t *testing.T) {
+	folder, mirrors := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(folder, "a.csv"), []byte("1,2\n"), 0o644)
+	os.WriteFile(filepath.Join(folder, "b.csv"), []byte("3,4,5\n"), 0o644)
+	os.Symlink("/etc/passwd", filepath.Join(folder, "link"))
+	s := &supervisor{logf: t.Logf}
+	s.cfg.VM.Data = []vm.DataShare{{Name: "sales", Folder: folder, Mirror: filepath.Join(mirrors, "sales")}}
+	run := testRun("r1")
+	run.Data = []wire.DataFolder{{Name: "sales"}}
+	rec, e := s.prepareRun(run)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if len(rec) != 1 || rec[0].Name != "sales" || rec[0].HostPath != folder || rec[0].Files != 2 || rec[0].Bytes != 10 ||
+		len(rec[0].Digest) != 64 || !reflect.DeepEqual(rec[0].LeftOut, []string{"1 symbolic links"}) {
+		t.Errorf("record %+v", rec)
+	}
+	if want := []wire.DataFolder{{Name: "sales"}}; !reflect.DeepEqual(run.Data, want) {
+		t.Errorf("the run became %+v", run.Data)
+	}
+	if _, e := s.prepareRun(&wire.Run{Data: []wire.DataFolder{{Name: "other"}}}); e == nil || e.Code != wire.ErrNoData {
+		t.Errorf("a folder the VM lacks: %v", e)
+	}
+}
