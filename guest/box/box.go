@@ -551,6 +551,8 @@ func (rn *run) deliver(ctx context.Context) {
 	}
 	d := deliverOutput(ctx, rn.st.tmp, rn.req.Deliver, emit, time.Now().Add(wire.DeliverAllowance))
 	rn.rec.Output.Delivered = d.delivered
+	all := wire.SumFiles(d.delivered)
+	rn.rec.Output.DeliveredAll = &all
 	rn.rec.Output.NotDelivered, rn.rec.Output.NotDeliveredUnlisted = d.notDelivered, d.notListed
 	rn.overran(d.overrun)
 }

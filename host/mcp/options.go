@@ -36,19 +36,25 @@ type Options struct {
 	OutputDotfiles bool
 	// MaxOutputDirBytes bounds what one run writes there.
 	MaxOutputDirBytes int64
+	// MaxOutputDirTotal bounds what the output folder holds, earlier
+	// runs' folders included: a run may write only what is left, and a
+	// call when nothing is left is refused. PyBox never deletes a run's
+	// folder: making room is the user's choice.
+	MaxOutputDirTotal int64
 }
 
 // Defaults of the data and output folder options.
 const (
 	DefaultMaxDataBytes      = 1 << 30
 	DefaultMaxOutputDirBytes = wire.DefaultTmpBytes // all a run's /tmp can hold
+	DefaultMaxOutputDirTotal = 4 << 30              // 64 runs that each filled their /tmp
 )
 
 // DefaultOptions are the documented defaults: stdlib only, 2 seconds,
 // no data folders, no output folder.
 func DefaultOptions() Options {
 	return Options{Images: []string{DefaultImage}, MaxTimeout: wire.DefaultTimeoutSeconds,
-		MaxDataBytes: DefaultMaxDataBytes, MaxOutputDirBytes: DefaultMaxOutputDirBytes}
+		MaxDataBytes: DefaultMaxDataBytes, MaxOutputDirBytes: DefaultMaxOutputDirBytes, MaxOutputDirTotal: DefaultMaxOutputDirTotal}
 }
 
 // ParseNames parses a comma-separated list (--data).
@@ -123,6 +129,9 @@ func (o *Options) checkFolders() error {
 	if o.MaxOutputDirBytes == 0 {
 		o.MaxOutputDirBytes = DefaultMaxOutputDirBytes
 	}
+	if o.MaxOutputDirTotal == 0 {
+		o.MaxOutputDirTotal = DefaultMaxOutputDirTotal
+	}
 	seen := map[string]bool{}
 	if len(o.Data) > wire.MaxDataFolders {
 		return fmt.Errorf("--data names %d folders; at most %d", len(o.Data), wire.MaxDataFolders)
@@ -144,6 +153,9 @@ func (o *Options) checkFolders() error {
 	}
 	if o.MaxOutputDirBytes <= 0 || o.MaxOutputDirBytes > wire.DefaultTmpBytes {
 		return fmt.Errorf("--max-output-dir-bytes %d: give 1–%d (a run's /tmp holds no more)", o.MaxOutputDirBytes, wire.DefaultTmpBytes)
+	}
+	if o.MaxOutputDirTotal <= 0 {
+		return fmt.Errorf("--max-output-dir-total %d: give a number of bytes above 0", o.MaxOutputDirTotal)
 	}
 	return nil
 }
@@ -198,6 +210,9 @@ func (o *Options) Args() []string {
 	}
 	if o.MaxOutputDirBytes != DefaultMaxOutputDirBytes {
 		args = append(args, "--max-output-dir-bytes", strconv.FormatInt(o.MaxOutputDirBytes, 10))
+	}
+	if o.MaxOutputDirTotal != DefaultMaxOutputDirTotal {
+		args = append(args, "--max-output-dir-total", strconv.FormatInt(o.MaxOutputDirTotal, 10))
 	}
 	return args
 }

@@ -40,6 +40,7 @@ const (
 	codeCancelled        = "cancelled"
 	codeVMLost           = "vm_lost"
 	codeUndeliverable    = "undeliverable"
+	codeOutputFull       = "output_dir_full"
 )
 
 // document is a tool result's structuredContent, and its text.
@@ -131,13 +132,18 @@ func refused(code, msg string) outcome {
 }
 
 // isError is true when the program failed, timed out, was cancelled, or
-// cleanup was not confirmed.
+// cleanup was not confirmed, and when the call never ran (no status):
+// whatever was cut to make the result fit, the status and the cleanup
+// are always there to decide it.
 func (d *document) isError() bool {
-	if d.Error != nil {
-		return true
+	switch e := d.Execution.(type) {
+	case *wire.Receipt:
+		return e.Status != wire.StatusOK || e.Cleanup.Status != wire.CleanupRemoved
+	case *essentials:
+		// No status: the call was refused, or no receipt came back.
+		return e.Status != wire.StatusOK || e.Cleanup.Status != wire.CleanupRemoved
 	}
-	r, ok := d.Execution.(*wire.Receipt)
-	return !ok || r.Status != wire.StatusOK || r.Cleanup.Status != wire.CleanupRemoved
+	return true
 }
 
 // encode renders the document as a tool result: structuredContent, the

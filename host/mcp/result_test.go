@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -171,6 +172,74 @@ func TestShapeIsError(t *testing.T) {
 		if d.isError != tc.want {
 			t.Errorf("status %s, cleanup %s: isError %v", tc.status, tc.cleanup, d.isError)
 		}
+	}
+}
+
+// isError keeps the product's rule when the receipt is cut down to its
+// essentials to fit, or to the last resort that carries only the run's
+// status and cleanup: status and cleanup decide, as for a whole receipt.
+func TestIsErrorOfEssentials(t *testing.T) {
+	for _, tc := range []struct {
+		status, cleanup string
+		want            bool
+	}{
+		{wire.StatusOK, wire.CleanupRemoved, false},
+		{wire.StatusError, wire.CleanupRemoved, true},
+		{wire.StatusTimeout, wire.CleanupRemoved, true},
+		{wire.StatusOOM, wire.CleanupRemoved, true},
+		{wire.StatusCancelled, wire.CleanupRemoved, true},
+		{wire.StatusRefused, wire.CleanupRemoved, true},
+		{wire.StatusOK, wire.CleanupFailed, true},
+		{wire.StatusOK, wire.CleanupUnknown, true},
+		{"", wire.CleanupNotAttempted, true}, // refused before it ran
+		{"", wire.CleanupUnknown, true},      // no receipt came back
+	} {
+		essential := &document{Execution: &essentials{RunID: "r", Status: tc.status, Cleanup: wire.Cleanup{Status: tc.cleanup}}}
+		if got := essential.isError(); got != tc.want {
+			t.Errorf("essentials, status %q, cleanup %s: isError %v", tc.status, tc.cleanup, got)
+		}
+		tr := &trimmer{doc: document{Execution: &essentials{RunID: "r", Status: tc.status, Cleanup: wire.Cleanup{Status: tc.cleanup}}}, runID: "r"}
+		tr.undeliverable()
+		if got := tr.doc.isError(); got != tc.want {
+			t.Errorf("undeliverable, status %q, cleanup %s: isError %v", tc.status, tc.cleanup, got)
+		}
+	}
+}
+
+// A run that delivered thousands of files to the output folder: the
+// receipt lists as many as fit, says how many there were, their bytes
+// and the digest of the whole list, keeps the program's output whole,
+// and the call is no error.
+func TestShapeThousandsOfDeliveredFiles(t *testing.T) {
+	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
+	rec.Capture.StdoutText = strings.Repeat("the program's own output\n", 150)
+	rec.Capture.Stdout = wire.Stream{Bytes: int64(len(rec.Capture.StdoutText)), KeptBytes: len(rec.Capture.StdoutText)}
+	for i := range 1024 {
+		rec.Output.Delivered = append(rec.Output.Delivered, wire.FileDigest{Name: fmt.Sprintf("part-%05d.csv", i), Bytes: int64(i), SHA256: sum([]byte{byte(i)})})
+	}
+	for i := range 16 {
+		rec.Output.NotDelivered = append(rec.Output.NotDelivered, wire.NotReturned{Name: fmt.Sprintf("part-%05d.csv", 1024+i), Reason: wire.NotDeliveredOverCount})
+	}
+	rec.Output.NotDeliveredUnlisted = 2000 - 1024 - 16
+	all := wire.SumFiles(rec.Output.Delivered)
+	rec.Output.DeliveredAll = &all
+	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}}))
+	var back wire.Receipt
+	if err := json.Unmarshal(d.doc.Execution, &back); err != nil {
+		t.Fatalf("execution is not a receipt (cut to its essentials?): %v %.300s", err, d.doc.Execution)
+	}
+	if d.isError || back.Capture.StdoutText != rec.Capture.StdoutText {
+		t.Errorf("isError %v, stdout kept %d of %d bytes", d.isError, len(back.Capture.StdoutText), len(rec.Capture.StdoutText))
+	}
+	o := back.Output
+	if o.DeliveredAll == nil || *o.DeliveredAll != all || len(o.Delivered) == 0 || len(o.Delivered) >= 1024 {
+		t.Errorf("delivered: %d listed, all %+v (want %+v)", len(o.Delivered), o.DeliveredAll, all)
+	}
+	if len(o.NotDelivered)+o.NotDeliveredUnlisted != 2000-1024 {
+		t.Errorf("not delivered: %d listed and %d counted, want %d in all", len(o.NotDelivered), o.NotDeliveredUnlisted, 2000-1024)
+	}
+	if what := strings.Join(d.doc.Delivery.What, "; "); !strings.Contains(what, "output_files.delivered cut from 1024 to") || !strings.Contains(what, "delivered_all") {
+		t.Errorf("delivery says %q", what)
 	}
 }
 

@@ -162,8 +162,12 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	var out *outdir.Dir
 	var take func(*wire.OutputChunk)
 	if s.opts.OutputDir != "" {
-		run.Deliver = &wire.Deliver{MaxBytes: s.opts.MaxOutputDirBytes}
-		out = outdir.New(s.opts.OutputDir, run.RunID, outdir.Options{Dotfiles: s.opts.OutputDotfiles, MaxBytes: s.opts.MaxOutputDirBytes})
+		room, err := s.outputRoom()
+		if err != nil {
+			return refused(codeOutputFull, err.Error()+". Nothing ran.")
+		}
+		run.Deliver = &wire.Deliver{MaxBytes: room}
+		out = outdir.New(s.opts.OutputDir, run.RunID, outdir.Options{Dotfiles: s.opts.OutputDotfiles, MaxBytes: room})
 		take = out.Chunk
 	}
 	res, err := vm.RunDeliver(ctx, run, take)
@@ -173,6 +177,22 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	}
 	s.report(ctx, run, o)
 	return o
+}
+
+// outputRoom is what a run may write to the output folder: its own bound,
+// or what the folder's total bound leaves of it. A full folder is an
+// error: the user decides what to move or delete, never PyBox.
+func (s *Server) outputRoom() (int64, error) {
+	used, err := outdir.Used(s.opts.OutputDir)
+	if err != nil {
+		return 0, fmt.Errorf("the output folder %s cannot be measured (%v): check it, or start pybox mcp with another --output-dir", s.opts.OutputDir, err)
+	}
+	left := s.opts.MaxOutputDirTotal - used
+	if left <= 0 {
+		return 0, fmt.Errorf("the output folder %s is full: it holds %d bytes, and --max-output-dir-total is %d; move or delete folders of earlier runs there (pybox never deletes them), or raise the limit",
+			s.opts.OutputDir, used, s.opts.MaxOutputDirTotal)
+	}
+	return min(left, s.opts.MaxOutputDirBytes), nil
 }
 
 // saveOutput keeps the files of the output folder that the receipt lists

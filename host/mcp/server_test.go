@@ -667,3 +667,33 @@ func TestOutputDir(t *testing.T) {
 		t.Errorf("the saved file has %d bytes, want %d", len(got), len(big))
 	}
 }
+
+// The output folder's total bound: a run may write what is left of it,
+// and once earlier runs filled it a call is refused before anything runs,
+// saying how to make room; nothing of the earlier runs is deleted.
+func TestOutputDirTotal(t *testing.T) {
+	vm := newFakeVM()
+	var asked []int64
+	vm.deliver = func(r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error) {
+		asked = append(asked, r.Deliver.MaxBytes)
+		return &wire.Result{Receipt: receipt(r.RunID, wire.StatusOK, wire.CleanupRemoved)}, nil
+	}
+	dir := t.TempDir()
+	earlier := filepath.Join(dir, "earlier-run")
+	os.Mkdir(earlier, 0o755)
+	os.WriteFile(filepath.Join(earlier, "big.bin"), make([]byte, 3000), 0o644)
+	o := Options{Images: []string{"stdlib"}, MaxTimeout: 5, OutputDir: dir, MaxOutputDirBytes: 1 << 20, MaxOutputDirTotal: 5000}
+	cs := startSession(t, o, vm, testLimits()).client("")
+	if d := callTool(t, cs, map[string]any{"code": "x"}); d.isError || len(asked) != 1 || asked[0] != 2000 {
+		t.Fatalf("the run may write %v (want the 2000 bytes left): isError %v %+v", asked, d.isError, d.doc.Error)
+	}
+	os.WriteFile(filepath.Join(earlier, "more.bin"), make([]byte, 2000), 0o644)
+	d := callTool(t, cs, map[string]any{"code": "x"})
+	if !d.isError || d.doc.Error == nil || d.doc.Error.Code != codeOutputFull || !strings.Contains(d.doc.Error.Message, "move or delete") ||
+		d.exec.Cleanup.Status != wire.CleanupNotAttempted || len(asked) != 1 {
+		t.Fatalf("a full output folder: isError %v, %+v, cleanup %+v, runs %d", d.isError, d.doc.Error, d.exec.Cleanup, len(asked))
+	}
+	if _, err := os.Stat(filepath.Join(earlier, "big.bin")); err != nil {
+		t.Errorf("an earlier run's file is gone: %v", err)
+	}
+}

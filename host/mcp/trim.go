@@ -118,14 +118,16 @@ func (t *trimmer) fits() bool {
 }
 
 // trim applies the steps in order until the result fits: first the
-// receipt to its 64 KiB (captured text, then lists), then the response to
-// its 256 KiB (file contents first: they are bulk, the receipt is what the
-// agent must see; then the receipt's parts again, then the file list).
-// Cleanup status, status and run id are never cut.
+// receipt to its 64 KiB (lists of files, whose counts, bytes and digests
+// stay, then captured text: the program's output is never the price of a
+// long file list), then the response to its 256 KiB (file contents first:
+// they are bulk, the receipt is what the agent must see; then the
+// receipt's parts again, then the file list). Cleanup status, status and
+// run id are never cut.
 func (t *trimmer) trim() {
 	if t.rec != nil && !t.receiptFits() {
-		t.cutCapture(t.receiptFits, "the 64 KiB receipt limit")
 		t.cutLists(t.receiptFits, "the 64 KiB receipt limit")
+		t.cutCapture(t.receiptFits, "the 64 KiB receipt limit")
 		if !t.receiptFits() {
 			t.toEssentials("the 64 KiB receipt limit")
 		}
@@ -134,8 +136,8 @@ func (t *trimmer) trim() {
 		t.dropContents()
 	}
 	if t.rec != nil && !t.resultFits() {
-		t.cutCapture(t.resultFits, "the 256 KiB response limit")
 		t.cutLists(t.resultFits, "the 256 KiB response limit")
+		t.cutCapture(t.resultFits, "the 256 KiB response limit")
 	}
 	if !t.resultFits() {
 		t.dropFileEntries()
@@ -220,11 +222,21 @@ func (t *trimmer) cutLists(ok func() bool, limit string) {
 			t.note("output_files.not_returned cut from %d to %d entries (counted in not_listed) to fit %s", len(nr), len(t.rec.Output.NotReturned), limit)
 		}
 	}
+	if nd := t.orig.Output.NotDelivered; len(nd) > 0 && !ok() {
+		set := func(k int) {
+			t.rec.Output.NotDelivered = nd[:k]
+			t.rec.Output.NotDeliveredUnlisted = t.orig.Output.NotDeliveredUnlisted + len(nd) - k
+		}
+		if k := largest(len(nd), set, ok); k != len(nd) {
+			t.note("output_files.not_delivered cut from %d to %d entries (counted in not_delivered_unlisted) to fit %s", len(nd), k, limit)
+		}
+	}
 	for _, l := range []struct {
 		name string
 		list *[]wire.FileDigest
 		orig []wire.FileDigest
 	}{
+		{"output_files.delivered", &t.rec.Output.Delivered, t.orig.Output.Delivered},
 		{"output_files.returned", &t.rec.Output.Returned, t.orig.Output.Returned},
 		{"input_files", &t.rec.InputFiles, t.orig.InputFiles},
 	} {
@@ -233,7 +245,11 @@ func (t *trimmer) cutLists(ok func() bool, limit string) {
 		}
 		set := func(k int) { *l.list = l.orig[:k] }
 		largest(len(l.orig), set, ok)
-		t.note("%s cut from %d to %d entries to fit %s", l.name, len(l.orig), len(*l.list), limit)
+		all := ""
+		if l.name == "output_files.delivered" && t.rec.Output.DeliveredAll != nil {
+			all = " (delivered_all counts, sums and digests all of them)"
+		}
+		t.note("%s cut from %d to %d entries%s to fit %s", l.name, len(l.orig), len(*l.list), all, limit)
 	}
 	t.orig = *t.rec
 }
@@ -362,6 +378,11 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 		r.Box = &bi
 	}
 	r.Output.Delivered = digests(in.Output.Delivered, maxReturned, s)
+	if in.Output.DeliveredAll != nil {
+		all := *in.Output.DeliveredAll
+		s(&all.SHA256, maxShortString)
+		r.Output.DeliveredAll = &all
+	}
 	r.Output.NotDelivered = nil
 	for _, n := range in.Output.NotDelivered[:min(len(in.Output.NotDelivered), wire.MaxListedNotReturned)] {
 		n.Name = safeName(n.Name)

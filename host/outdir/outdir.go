@@ -346,3 +346,27 @@ func (d *Dir) Abort() {
 		os.Remove(d.path)
 	}
 }
+
+// Used is what the output folder parent holds: the bytes of the regular
+// files in it and in its directories, at any depth, links not followed.
+// A parent that does not exist yet holds nothing.
+func Used(parent string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(parent, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return nil // gone since it was listed
+			}
+			total += fi.Size()
+		}
+		return nil
+	})
+	return total, err
+}

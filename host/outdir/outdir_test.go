@@ -257,3 +257,17 @@ func TestKeepNeverReplaces(t *testing.T) {
 		t.Errorf("the run's directory holds %q", got)
 	}
 }
+
+func TestUsed(t *testing.T) {
+	dir := t.TempDir()
+	if n, err := Used(filepath.Join(dir, "not-yet")); n != 0 || err != nil {
+		t.Errorf("a folder not made yet: %d %v", n, err)
+	}
+	os.MkdirAll(filepath.Join(dir, "run1", "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "run1", "a"), make([]byte, 100), 0o644)
+	os.WriteFile(filepath.Join(dir, "run1", "sub", "b"), make([]byte, 20), 0o644)
+	os.Symlink("/usr/bin", filepath.Join(dir, "run1", "link")) // not followed
+	if n, err := Used(dir); n != 120 || err != nil {
+		t.Errorf("Used = %d %v, want 120", n, err)
+	}
+}

@@ -1,5 +1,11 @@
 package wire
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
 // ReceiptSchemaVersion is stamped into every receipt.
 const ReceiptSchemaVersion = 1
 
@@ -192,6 +198,34 @@ type Output struct {
 	Delivered            []FileDigest  `json:"delivered,omitempty"`
 	NotDelivered         []NotReturned `json:"not_delivered,omitempty"`
 	NotDeliveredUnlisted int           `json:"not_delivered_unlisted,omitempty"`
+	// DeliveredAll sums up the whole of Delivered, so that a result cut
+	// to fit its limits (the host may list only its first entries) still
+	// says how many files were delivered, their bytes, and a digest of
+	// the whole list.
+	DeliveredAll *FileList `json:"delivered_all,omitempty"`
+}
+
+// FileList sums up a list of files: how many, their bytes together, and
+// the sha256 (hex) of the list (see SumFiles).
+type FileList struct {
+	Files  int    `json:"files"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// SumFiles sums up files. The digest is of one line per file, in order:
+// the file's sha256, a space, its size in bytes, a space, its name, and a
+// newline, so that the list can be checked against the files themselves
+// (for files with plain names, it is `sha256sum`'s output with sizes).
+func SumFiles(files []FileDigest) FileList {
+	h := sha256.New()
+	l := FileList{Files: len(files)}
+	for _, f := range files {
+		l.Bytes += f.Bytes
+		fmt.Fprintf(h, "%s %d %s\n", f.SHA256, f.Bytes, f.Name)
+	}
+	l.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return l
 }
 
 // NotReturned is a file left in /tmp/output that did not come back. Name is

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"strings"
 	"testing"
@@ -196,5 +198,20 @@ func TestDecodeImageAbout(t *testing.T) {
 		if a, err := DecodeImageAbout([]byte(bad)); err == nil {
 			t.Errorf("%.80s: accepted as %+v", bad, a)
 		}
+	}
+}
+
+// SumFiles's digest is sha256 over "SHA256 BYTES NAME\n" lines, so a user
+// can check a list against the files themselves.
+func TestSumFiles(t *testing.T) {
+	files := []FileDigest{{Name: "a.csv", Bytes: 3, SHA256: strings.Repeat("1", 64)}, {Name: "b.png", Bytes: 5, SHA256: strings.Repeat("2", 64)}}
+	lines := strings.Repeat("1", 64) + " 3 a.csv\n" + strings.Repeat("2", 64) + " 5 b.png\n"
+	sum := sha256.Sum256([]byte(lines))
+	got := SumFiles(files)
+	if got.Files != 2 || got.Bytes != 8 || got.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("SumFiles = %+v", got)
+	}
+	if e := SumFiles(nil); e.Files != 0 || e.SHA256 != hex.EncodeToString(func() []byte { s := sha256.Sum256(nil); return s[:] }()) {
+		t.Errorf("SumFiles(nil) = %+v", e)
 	}
 }
