@@ -53,7 +53,7 @@ const benchDataFolder = "pandas: a data folder's CSV, grouped"
 
 // benchSalesCSV is the data folder's CSV: a few hundred rows.
 func benchSalesCSV(b *testing.B) string {
-	dir := b.TempDir()
+	dir := openTempDir(b)
 	var sb strings.Builder
 	sb.WriteString("region,units\n")
 	for i := range 500 {

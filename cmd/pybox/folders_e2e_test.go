@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -50,37 +51,81 @@ func salesCSV(t *testing.T, path string, size int) map[string]int64 {
 	return sums
 }
 
-// foldersVM starts a VM with the stdlib and data images and data folder
-// "sales" (a 100 MB CSV and a small one) and "hostile" (every kind of
-// entry that could lead out of a folder).
-func foldersVM(t *testing.T) (e *vmEnv, sales, hostile string, sums map[string]int64) {
-	e = newVMEnv(t)
-	linkImages(t, e, "stdlib", "data")
-	sales, hostile = t.TempDir(), t.TempDir()
-	sums = salesCSV(t, filepath.Join(sales, "big.csv"), 100<<20)
-	os.WriteFile(filepath.Join(sales, "small.csv"), []byte("region,units\nnorth,3\nsouth,4\n"), 0o644)
-	outside := filepath.Join(t.TempDir(), "outside-secret.txt")
-	os.WriteFile(outside, []byte("a secret outside every data folder\n"), 0o644)
-	os.WriteFile(filepath.Join(hostile, "fine.txt"), []byte("fine\n"), 0o644)
-	for name, target := range map[string]string{"passwd": "/etc/passwd", "up": "..", "outside": outside} {
-		os.Symlink(target, filepath.Join(hostile, name))
-	}
-	if err := os.Link(outside, filepath.Join(hostile, "hardlink")); err != nil {
+// countLines counts a file's lines.
+func countLines(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	unix.Mkfifo(filepath.Join(hostile, "fifo"), 0o644)
-	if err := unix.Mknod(filepath.Join(hostile, "null-device"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+	return int64(bytes.Count(b, []byte("\n")))
+}
+
+// openTempDir is a temporary folder others may enter: the box reads a
+// data folder as a user of the host other than its owner would.
+func openTempDir(t testing.TB) string {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// folders are the data folders of foldersVM, by name.
+type folders struct {
+	sales, hostile, linked, big, year string
+	sums                              map[string]int64 // sales/big.csv's units by region
+	yearSums                          map[string]int64 // year/sales.csv's
+	yearRows                          int64
+}
+
+// foldersVM starts a VM with the stdlib and data images and data folders
+// "sales" (a 100 MB CSV and a small one), "hostile" (every kind of entry
+// that could lead out of a folder but a hard link), "linked" (a hard link
+// to a file outside it), "big" (5 GB of sparse files and a real CSV) and
+// "year" (a 1 GB CSV).
+func foldersVM(t *testing.T) (*vmEnv, *folders) {
+	e := newVMEnv(t)
+	linkImages(t, e, "stdlib", "data")
+	f := &folders{sales: openTempDir(t), hostile: openTempDir(t), linked: openTempDir(t), big: openTempDir(t), year: openTempDir(t)}
+	f.sums = salesCSV(t, filepath.Join(f.sales, "big.csv"), 100<<20)
+	os.WriteFile(filepath.Join(f.sales, "small.csv"), []byte("region,units\nnorth,3\nsouth,4\n"), 0o644)
+	outside := filepath.Join(t.TempDir(), "outside-secret.txt")
+	os.WriteFile(outside, []byte("a secret outside every data folder\n"), 0o644)
+	os.WriteFile(filepath.Join(f.hostile, "fine.txt"), []byte("fine\n"), 0o644)
+	for name, target := range map[string]string{"passwd": "/etc/passwd", "up": "..", "outside": outside} {
+		os.Symlink(target, filepath.Join(f.hostile, name))
+	}
+	unix.Mkfifo(filepath.Join(f.hostile, "fifo"), 0o644)
+	if err := unix.Mknod(filepath.Join(f.hostile, "null-device"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
 		unavailable(t, "making a device node needs root: "+err.Error())
 	}
-	e.mustStart("--images", "stdlib,data", "--memory", "1024", "--data", "sales="+sales, "--data", "hostile="+hostile)
-	return e, sales, hostile, sums
+	os.WriteFile(filepath.Join(f.linked, "fine.txt"), []byte("fine\n"), 0o644)
+	if err := os.Link(outside, filepath.Join(f.linked, "hardlink")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		part, err := os.Create(filepath.Join(f.big, fmt.Sprintf("part-%d.bin", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		part.Truncate(1 << 30) // sparse: the content does not matter here
+		part.Close()
+	}
+	os.WriteFile(filepath.Join(f.big, "index.csv"), []byte("part,rows\npart-0.bin,10\npart-1.bin,20\n"), 0o644)
+	f.yearSums = salesCSV(t, filepath.Join(f.year, "sales.csv"), 1<<30)
+	f.yearRows = countLines(t, filepath.Join(f.year, "sales.csv")) - 1
+	e.mustStart("--images", "stdlib,data", "--memory", "1024", "--data", "sales="+f.sales, "--data", "hostile="+f.hostile,
+		"--data", "linked="+f.linked, "--data", "big="+f.big, "--data", "year="+f.year)
+	return e, f
 }
 
 func TestDataAndOutputFolders(t *testing.T) {
-	e, sales, _, sums := foldersVM(t)
+	e, f := foldersVM(t)
+	sales, sums := f.sales, f.sums
 	outDir := t.TempDir()
 	os.WriteFile(filepath.Join(outDir, "keep.txt"), []byte("the user's own\n"), 0o644)
-	c := e.rawClient(t, true, "--images", "stdlib,data", "--max-timeout", "30", "--data", "sales,hostile", "--output-dir", outDir)
+	c := e.rawClient(t, true, "--images", "stdlib,data", "--max-timeout", "30", "--data", "sales,hostile,linked,big,year", "--output-dir", outDir)
 	c.initialize()
 	id := 0
 	call := func(args string) *mcpResult {
@@ -93,7 +138,7 @@ func TestDataAndOutputFolders(t *testing.T) {
 	t.Run("the schema offers exactly the server's data folders", func(t *testing.T) {
 		c.send(`{"jsonrpc":"2.0","id":"tools","method":"tools/list"}`)
 		m := c.reply("tools", 30*time.Second)
-		if !strings.Contains(string(m.Result), `"enum":["sales","hostile"]`) {
+		if !strings.Contains(string(m.Result), `"enum":["sales","hostile","linked","big","year"]`) {
 			t.Errorf("tools/list: %.2000s", m.Result)
 		}
 	})
@@ -185,18 +230,42 @@ print("share %d MB in %.2f s; image %d MB in %.2f s" % (share[0] >> 20, share[1]
 	})
 
 	t.Run("nothing outside the folder shows, and nothing hangs", func(t *testing.T) {
+		// The box sees the folder itself: a link is a link, resolved
+		// inside the box (never on the host); a device does not open; a
+		// FIFO is the box's own.
 		res := call(pyArgs(`import os
 for root, dirs, files in os.walk("/data/hostile"):
     for n in sorted(dirs + files):
         p = os.path.join(root, n)
         print(p, "link" if os.path.islink(p) else "dir" if os.path.isdir(p) else "file" if os.path.isfile(p) else "other")
 print("fine:", open("/data/hostile/fine.txt").read().strip())
+print("passwd is the box's own:", open("/data/hostile/passwd").read() == open("/etc/passwd").read())
+print("up leads to:", sorted(os.listdir("/data/hostile/up")))
+for n in ("outside", "null-device", "fifo"):
+    try:
+        fd = os.open("/data/hostile/" + n, os.O_RDONLY | os.O_NONBLOCK)
+        print(n, "opened:", os.read(fd, 100)); os.close(fd)
+    except OSError as e:
+        print(n, type(e).__name__)
 `, `,"timeout_s":20,"data":["hostile"]`))
 		if res.IsError || res.Execution.Status != wire.StatusOK {
 			t.Fatalf("%s", res.Text)
 		}
-		if got, want := res.Execution.Capture.Stdout, "/data/hostile/fine.txt file\nfine: fine\n"; got != want {
-			t.Errorf("the box saw %q, want %q", got, want)
+		want := `/data/hostile/fifo other
+/data/hostile/fine.txt file
+/data/hostile/null-device other
+/data/hostile/outside link
+/data/hostile/passwd link
+/data/hostile/up link
+fine: fine
+passwd is the box's own: True
+up leads to: ['hostile']
+outside FileNotFoundError
+null-device PermissionError
+fifo opened: b''
+`
+		if got := res.Execution.Capture.Stdout; got != want {
+			t.Errorf("the box saw\n%s\nwant\n%s", got, want)
 		}
 		var doc struct {
 			Execution struct {
@@ -205,10 +274,145 @@ print("fine:", open("/data/hostile/fine.txt").read().strip())
 		}
 		json.Unmarshal([]byte(res.Text), &doc)
 		left := strings.Join(doc.Execution.Data[0].LeftOut, "; ")
-		for _, w := range []string{"3 symbolic links", "1 files with more than one name", "2 devices, FIFOs and sockets"} {
+		for _, w := range []string{"3 symbolic links: shown to the box as links", "2 devices, FIFOs and sockets"} {
 			if !strings.Contains(left, w) {
 				t.Errorf("left out %q lacks %q", left, w)
 			}
+		}
+	})
+
+	t.Run("a folder holding a file with another name elsewhere is refused, and nothing runs", func(t *testing.T) {
+		res := call(pyArgs(`print(open("/data/linked/hardlink").read())`, `,"timeout_s":20,"data":["linked"]`))
+		if !res.IsError || res.Doc.Error == nil || !strings.Contains(res.Doc.Error.Message, "more than one name") ||
+			!strings.Contains(res.Doc.Error.Message, "its own copy") || res.Execution.Cleanup.Status != wire.CleanupNotAttempted ||
+			strings.Contains(res.Text, "a secret outside") {
+			t.Errorf("%.2000s", res.Text)
+		}
+	})
+
+	t.Run("a 5 GB folder: the first call on it starts at once", func(t *testing.T) {
+		t0 := time.Now()
+		res := call(pyArgs(`import os, csv
+parts = sorted(n for n in os.listdir("/data/big") if n.endswith(".bin"))
+print(len(parts), sum(os.path.getsize("/data/big/" + n) for n in parts) >> 30, "GiB")
+with open("/data/big/part-3.bin", "rb") as f:
+    f.seek(700 << 20)
+    print("zeros:", f.read(1 << 20) == bytes(1 << 20))
+print(list(csv.reader(open("/data/big/index.csv")))[1:])
+`, `,"timeout_s":20,"data":["big"]`))
+		took := time.Since(t0)
+		if res.IsError || res.Execution.Capture.Stdout != "5 5 GiB\nzeros: True\n[['part-0.bin', '10'], ['part-1.bin', '20']]\n" {
+			t.Fatalf("%.2000s", res.Text)
+		}
+		var doc struct {
+			Execution struct {
+				Data []wire.DataFolder `json:"data"`
+			} `json:"execution"`
+		}
+		json.Unmarshal([]byte(res.Text), &doc)
+		if len(doc.Execution.Data) != 1 || doc.Execution.Data[0].Bytes < 5<<30 || doc.Execution.Data[0].Files != 6 {
+			t.Errorf("the receipt's data: %+v", doc.Execution.Data)
+		}
+		// Nothing of the 5 GB is copied: the call takes what a small one
+		// does (a copy would take minutes).
+		t.Logf("the first call on a 5 GB folder took %v", took.Round(time.Millisecond))
+		if took > 2*time.Minute {
+			t.Errorf("the first call on a 5 GB folder took %v", took)
+		}
+	})
+
+	t.Run("a 1 GB CSV summed by pandas in chunks, a slice of it per call", func(t *testing.T) {
+		// Under emulation pandas parses 6–15 MB/s, so the 30 s a call
+		// may take holds a slice of the file, not all of it: sixteen
+		// calls each sum the lines that start in their sixteenth, as an
+		// agent would split the work (5–12 s each here).
+		const slices = 16
+		code := `import io, json, os, sys
+import pandas as pd
+i, k = %d, %d
+path = "/data/year/sales.csv"
+size = os.path.getsize(path)
+with open(path, "rb") as f:
+    header = f.readline()
+    def line_start(at):
+        # The first line that starts at or after byte at.
+        if at <= len(header):
+            return len(header)
+        f.seek(at - 1)
+        if f.read(1) != b"\n":
+            f.readline()
+        return f.tell()
+    lo, hi = line_start(size * i // k), line_start(size * (i + 1) // k) if i + 1 < k else size
+    f.seek(lo)
+    part = io.BytesIO(f.read(hi - lo))
+units = rows = 0
+for chunk in pd.read_csv(part, names=["region", "units", "price"], usecols=["units"], dtype={"units": "int64"}, chunksize=4 << 20):
+    units += int(chunk["units"].sum())
+    rows += len(chunk)
+print(json.dumps({"units": units, "rows": rows}))
+`
+		var units, rows int64
+		for i := range slices {
+			res := call(pyArgs(fmt.Sprintf(code, i, slices), `,"image":"data","timeout_s":30,"data":["year"]`))
+			if res.IsError {
+				t.Fatalf("slice %d: %.2000s", i, res.Text)
+			}
+			var part struct{ Units, Rows int64 }
+			if err := json.Unmarshal([]byte(res.Execution.Capture.Stdout), &part); err != nil {
+				t.Fatalf("slice %d printed %q", i, res.Execution.Capture.Stdout)
+			}
+			units, rows = units+part.Units, rows+part.Rows
+			t.Logf("slice %d: %d rows, wall %d ms", i, part.Rows, res.Execution.WallMS)
+		}
+		var want int64
+		for _, u := range f.yearSums {
+			want += u
+		}
+		if units != want || rows != f.yearRows {
+			t.Errorf("pandas summed %d units in %d rows, want %d in %d", units, rows, want, f.yearRows)
+		}
+	})
+
+	t.Run("2,000 files in /tmp/output: the result keeps stdout and says what was left", func(t *testing.T) {
+		res := call(pyArgs(`import os
+for i in range(2000):
+    open("/tmp/output/part-%04d.txt" % i, "w").write(str(i))
+print("wrote 2000 files")
+`, `,"timeout_s":30`))
+		if res.IsError || res.Execution.Status != wire.StatusOK || res.Execution.Cleanup.Status != wire.CleanupRemoved {
+			t.Fatalf("isError %v: %.3000s", res.IsError, res.Text)
+		}
+		if res.Execution.Capture.Stdout != "wrote 2000 files\n" {
+			t.Errorf("stdout %q", res.Execution.Capture.Stdout)
+		}
+		var doc struct {
+			Execution struct {
+				Output wire.Output `json:"output_files"`
+			} `json:"execution"`
+			OutputDir struct {
+				Files []json.RawMessage `json:"files"`
+				More  int               `json:"more_files"`
+			} `json:"output_dir"`
+		}
+		json.Unmarshal([]byte(res.Text), &doc)
+		o := doc.Execution.Output
+		if o.DeliveredAll == nil || o.DeliveredAll.Files != wire.MaxDeliveredFiles || len(o.NotDelivered)+o.NotDeliveredUnlisted != 2000-wire.MaxDeliveredFiles {
+			t.Errorf("delivered_all %+v, not delivered %d listed + %d", o.DeliveredAll, len(o.NotDelivered), o.NotDeliveredUnlisted)
+		}
+		if len(o.NotDelivered) > 0 && o.NotDelivered[0].Reason != wire.NotDeliveredOverCount {
+			t.Errorf("not delivered because %q", o.NotDelivered[0].Reason)
+		}
+		if len(doc.OutputDir.Files)+doc.OutputDir.More != wire.MaxDeliveredFiles {
+			t.Errorf("output_dir lists %d and counts %d more", len(doc.OutputDir.Files), doc.OutputDir.More)
+		}
+		var d struct {
+			Delivery struct {
+				ReceiptBytes int `json:"receipt_bytes"`
+			} `json:"delivery"`
+		}
+		json.Unmarshal([]byte(res.Text), &d)
+		if d.Delivery.ReceiptBytes == 0 || d.Delivery.ReceiptBytes > 64<<10 || len(res.Text) > 256<<10 {
+			t.Errorf("the receipt is %d bytes, the result's text %d", d.Delivery.ReceiptBytes, len(res.Text))
 		}
 	})
 

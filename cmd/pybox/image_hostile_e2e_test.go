@@ -146,7 +146,7 @@ func replace(t *testing.T, path string, make func(string) error) {
 func TestHostileImage(t *testing.T) {
 	e := newVMEnv(t)
 	linkImages(t, e, "stdlib")
-	secret := t.TempDir()
+	secret := openTempDir(t)
 	os.WriteFile(filepath.Join(secret, "secret.txt"), []byte("a secret the image must not reach\n"), 0o644)
 
 	// The image's matplotlib seed is a link to a data folder's mount in
@@ -167,16 +167,9 @@ func TestHostileImage(t *testing.T) {
 		t.Fatalf("importing an image whose metadata is sound: exit %d\n%s%s", code, out, errOut)
 	}
 
-	t.Run("the VM boots", func(t *testing.T) {
-		done := make(chan string, 1)
-		go func() { done <- e.mustStart("--images", "stdlib,hostile", "--memory", "1024", "--data", "secret="+secret) }()
-		select {
-		case out := <-done:
-			t.Logf("%s", out)
-		case <-time.After(3 * time.Minute):
-			t.Fatal("vm start did not return within 3 minutes")
-		}
-	})
+	// The boot reads the image's warm list (a FIFO and /dev/zero in it)
+	// and its description: it must come up as any boot does.
+	t.Logf("%s", e.mustStart("--images", "stdlib,hostile", "--memory", "1024", "--data", "secret="+secret))
 
 	t.Run("a call in the image is refused at once, saying why, and reaches nothing", func(t *testing.T) {
 		t0 := time.Now()

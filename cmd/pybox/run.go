@@ -89,7 +89,7 @@ func parseRun(args []string) (*runArgs, int, bool) {
 Run one Python program (a file, or - for stdin) in a fresh sealed box in
 the VM, print its stdout and stderr, and a short summary of the receipt on
 stderr. Files given with --file appear in /tmp/input/, and data folders
-named with --data at /data/NAME (read-only, up to 1 GiB together); with
+named with --data at /data/NAME (read-only, up to 64 GiB together); with
 --out, what the program writes to /tmp/output/ is written into a new
 directory DIR/RUN_ID/ (plain names only, never outside it, nothing
 overwritten; names starting with a dot only with --out-dotfiles). On a terminal, control characters in

@@ -115,7 +115,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	images := fs.String("images", "", "images to attach, by name from the image store (comma-separated; default: the built-in images that are built)")
 	var files imageFiles
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
-	machine := fs.String("machine", vm.MachineMicrovm, "QEMU machine type: microvm or pc")
+	machine := fs.String("machine", "", "QEMU machine type: microvm or pc (default microvm, or pc when the images and data folders need more than microvm's 8 virtio slots)")
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
 	warm := fs.Int("warm", 1, "warm boxes: 1 keeps a box ready for each image, its python3 started and its preload imported; 0 starts every run cold")
 	var data dataFolders
@@ -143,10 +143,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	if cfg.Images, err = startImages(h, *images, files); err != nil {
 		return fail("%v", err)
 	}
-	for _, d := range data {
-		d.Mirror = paths.ForVM(h).DataMirror(d.Name)
-		cfg.Data = append(cfg.Data, d)
-	}
+	cfg.Data = append(cfg.Data, data...)
 	exe, err := os.Executable()
 	if err != nil {
 		return fail("cannot find this program to start the supervisor: %v", err)

@@ -286,7 +286,7 @@ print(len(plt.get_fignums()))
 // its program sees what a cold box's sees: the same output for the
 // table above, and the same memory it may allocate.
 func TestWarmEquivalenceData(t *testing.T) {
-	folder := t.TempDir()
+	folder := openTempDir(t)
 	csv := "region,units\n"
 	for i := range 200 {
 		csv += fmt.Sprintf("%s,%d\n", []string{"north", "south", "east"}[i%3], i)

@@ -45,7 +45,7 @@ type Options struct {
 
 // Defaults of the data and output folder options.
 const (
-	DefaultMaxDataBytes      = 1 << 30
+	DefaultMaxDataBytes      = 64 << 30             // a real dataset; the folder is shared, never copied
 	DefaultMaxOutputDirBytes = wire.DefaultTmpBytes // all a run's /tmp can hold
 	DefaultMaxOutputDirTotal = 4 << 30              // 64 runs that each filled their /tmp
 )

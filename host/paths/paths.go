@@ -54,13 +54,6 @@ func (v VM) ConsoleLog() string { return v.path("console.log") }
 // SupervisorLog is the supervisor's own log (its stderr).
 func (v VM) SupervisorLog() string { return v.path("supervisor.log") }
 
-// DataDir holds the VM's copies of the data folders, one directory each
-// (host/mirror); they are removed when the VM stops.
-func (v VM) DataDir() string { return v.path("data") }
-
-// DataMirror is the copy of data folder name.
-func (v VM) DataMirror(name string) string { return filepath.Join(v.DataDir(), name) }
-
 // LastExit says why the supervisor last stopped the VM on its own (a
 // guest that could not be kept running); a start removes it.
 func (v VM) LastExit() string { return v.path("last-exit.json") }

@@ -3,18 +3,18 @@ package supervisor
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
-	"pybox/host/mirror"
+	"pybox/host/folder"
 	"pybox/host/vm"
 	"pybox/shared/wire"
 )
 
-// prepareRun brings the copy of each data folder a run names up to date,
-// and returns the host's record of each, in the run's order, for its
-// receipt: the host folder as the user configured it, what it held, and
-// what of it the box does not see. The run itself is not changed: the
+// prepareRun walks each data folder a run names (host/folder): it
+// refuses a folder the VM may not be given, and returns the host's record
+// of each, in the run's order, for its receipt: the host folder as the
+// user configured it, what it held, and what of it the box does not get
+// as a plain file. The run itself is not changed: the
 // guest is told names only (see Relay.forward). The relay calls it only
 // while no other run is in flight.
 func (s *supervisor) prepareRun(run *wire.Run) ([]wire.DataFolder, *wire.Error) {
@@ -35,12 +35,12 @@ func (s *supervisor) prepareRun(run *wire.Run) ([]wire.DataFolder, *wire.Error) 
 			}
 			return nil, &wire.Error{Code: wire.ErrNoData, Message: fmt.Sprintf("this VM has no data folder %q; it has: %s", want.Name, have)}
 		}
-		lim := mirror.DefaultLimits
+		lim := folder.DefaultLimits
 		if run.MaxDataBytes > 0 {
 			lim.MaxBytes = run.MaxDataBytes - total
 		}
-		rep, err := mirror.Sync(d.Folder, d.Mirror, lim)
-		if errors.Is(err, mirror.ErrTooLarge) && run.MaxDataBytes > 0 {
+		rep, err := folder.List(d.Folder, lim)
+		if errors.Is(err, folder.ErrTooLarge) && run.MaxDataBytes > 0 {
 			return nil, &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf(
 				"data folder %s is too large for one call (%v); this server allows %d bytes of data folders per call (its --max-data-bytes)",
 				d.Name, err, run.MaxDataBytes)}
@@ -49,25 +49,9 @@ func (s *supervisor) prepareRun(run *wire.Run) ([]wire.DataFolder, *wire.Error) 
 			return nil, &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf("data folder %s: %v", d.Name, err)}
 		}
 		total += rep.Bytes
-		s.logf("data folder %s: %d files, %d bytes (%d copied, %d removed) in %v", d.Name, rep.Files, rep.Bytes, rep.Copied, rep.Removed, rep.Took)
+		s.logf("data folder %s: %d files, %d bytes, listed in %v", d.Name, rep.Files, rep.Bytes, rep.Took)
 		record = append(record, wire.DataFolder{Name: d.Name, HostPath: d.Folder, Files: rep.Files, Bytes: rep.Bytes,
 			Digest: rep.Digest, LeftOut: rep.LeftOutLines()})
 	}
 	return record, nil
-}
-
-// makeMirrors makes an empty copy for each data folder, so that the VM
-// has its shares from the start; runs fill them.
-func makeMirrors(shares []vm.DataShare) error {
-	for _, d := range shares {
-		if err := os.MkdirAll(d.Mirror, 0o755); err != nil {
-			return fmt.Errorf("data folder %s: %w", d.Name, err)
-		}
-		// The box reads the copy as another user (see host/mirror);
-		// the supervisor's umask would keep it out.
-		if err := os.Chmod(d.Mirror, 0o755); err != nil {
-			return fmt.Errorf("data folder %s: %w", d.Name, err)
-		}
-	}
-	return nil
 }

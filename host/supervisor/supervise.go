@@ -165,12 +165,6 @@ func (s *supervisor) run() error {
 	defer conL.Close()
 	go s.con.serve(conL)
 
-	// The copies of the data folders live as long as the VM: they are
-	// copies of the user's files, and nothing else should keep them.
-	defer os.RemoveAll(s.dir.DataDir())
-	if err := makeMirrors(s.cfg.VM.Data); err != nil {
-		return err
-	}
 	m, relay, err := s.boot(ctx, s.cfg.Accel)
 	if err != nil {
 		return err

@@ -9,12 +9,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"pybox/host/folder"
 	"pybox/shared/wire"
 )
 
@@ -50,12 +52,11 @@ type Image struct {
 	Digest string `json:"digest"`
 }
 
-// DataShare is a data folder the user named: the guest sees Mirror, the
-// copy of Folder the supervisor keeps (host/mirror), read-only.
+// DataShare is a data folder the user named: the guest sees Folder
+// itself, read-only (host/folder says what that gives a box).
 type DataShare struct {
 	Name   string `json:"name"`
 	Folder string `json:"folder"`
-	Mirror string `json:"mirror"`
 }
 
 // DataTag is the share tag (9p mount tag, virtio-fs tag) of the i-th data
@@ -77,6 +78,15 @@ const (
 	ChannelVsock     = "vsock"
 )
 
+// microvmSlots is the number of virtio-mmio transports QEMU's microvm
+// machine has.
+const microvmSlots = 8
+
+// virtioDevices counts the virtio devices the VM needs: its random
+// number source, its channel to the agent, and one per image and data
+// folder.
+func (c *Config) virtioDevices() int { return 2 + len(c.Images) + len(c.Data) }
+
 // Check checks a Config before anything is started, filling in defaults.
 func (c *Config) Check() error {
 	if c.MemoryMiB == 0 {
@@ -85,11 +95,20 @@ func (c *Config) Check() error {
 	if c.CPUs == 0 {
 		c.CPUs = DefaultCPUs
 	}
-	if c.Machine == "" {
-		c.Machine = MachineMicrovm
-	}
 	if c.Channel == "" {
 		c.Channel = ChannelSerial
+	}
+	if c.Machine == "" {
+		// microvm boots as fast as pc and is simpler, but has a fixed
+		// number of virtio slots: many images and data folders need pc.
+		c.Machine = MachineMicrovm
+		if runtime.GOOS == "linux" && c.virtioDevices() > microvmSlots {
+			c.Machine = MachinePC
+		}
+	}
+	if runtime.GOOS == "linux" && c.Machine == MachineMicrovm && c.virtioDevices() > microvmSlots {
+		return fmt.Errorf("vm: %d images and %d data folders need %d virtio devices, and -M microvm has %d: start without --machine microvm (or with --machine pc), or name fewer",
+			len(c.Images), len(c.Data), c.virtioDevices(), microvmSlots)
 	}
 	if err := CheckSize(c.MemoryMiB, c.CPUs); err != nil {
 		return err
@@ -168,8 +187,8 @@ func (c *Config) checkData() error {
 		if fi, err := os.Stat(d.Folder); err != nil || !fi.IsDir() {
 			return fmt.Errorf("vm: data folder %s: %q is not a directory", d.Name, d.Folder)
 		}
-		if strings.ContainsAny(d.Mirror, ",") {
-			return fmt.Errorf("vm: the copy of data folder %s would be at %q, whose comma QEMU cannot take: set %s elsewhere", d.Name, d.Mirror, "PYBOX_HOME")
+		if err := folder.CheckOpen(d.Folder); err != nil {
+			return fmt.Errorf("vm: data folder %s: %w", d.Name, err)
 		}
 	}
 	return nil

@@ -183,12 +183,14 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 			"-device", "virtio-blk"+k.suffix+",drive="+id+",serial="+im.Name)
 	}
 	for i, d := range cfg.Data {
-		// The supervisor's copy of the folder, read-only: the guest can
-		// neither write it nor (security_model=none, and QEMU opens
-		// every path without following links) reach past it.
+		// The folder itself, read-only: the guest can neither write it
+		// nor reach past it (security_model=none, and QEMU's local
+		// driver opens every path component without following links on
+		// the host). A comma in the path is doubled, as QEMU's option
+		// syntax asks.
 		id := "data" + strconv.Itoa(i)
 		args = append(args,
-			"-fsdev", "local,id="+id+",path="+d.Mirror+",security_model=none,readonly=on",
+			"-fsdev", "local,id="+id+",path="+strings.ReplaceAll(d.Folder, ",", ",,")+",security_model=none,readonly=on",
 			"-device", "virtio-9p"+k.suffix+",fsdev="+id+",mount_tag="+DataTag(i))
 	}
 	if sandbox {

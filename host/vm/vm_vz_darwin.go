@@ -204,9 +204,9 @@ func setVZDisks(c *vz.VirtualMachineConfiguration, cfg Config, _ *vzConsole) err
 func setVZData(c *vz.VirtualMachineConfiguration, cfg Config, _ *vzConsole) error {
 	var devs []vz.DirectorySharingDeviceConfiguration
 	for i, d := range cfg.Data {
-		dir, err := vz.NewSharedDirectory(d.Mirror, true)
+		dir, err := vz.NewSharedDirectory(d.Folder, true)
 		if err != nil {
-			return fmt.Errorf("data folder %s (%s): %w", d.Name, d.Mirror, err)
+			return fmt.Errorf("data folder %s (%s): %w", d.Name, d.Folder, err)
 		}
 		share, err := vz.NewSingleDirectoryShare(dir)
 		if err != nil {
