@@ -35,7 +35,7 @@ echo "== the benchmark build's seal switch (make bench-guest; never shipped)"
 [ "$(cat "$log.rc")" = 0 ] || status=1
 rm -f "$log.rc"
 echo "== every fuzz target, briefly (make fuzz runs them longer)"
-{ scripts/fuzz.sh "${FUZZTIME:-3s}"; echo $? > "$log.rc"; } 2>&1 | tee -a "$log" | grep -E '^(==|FAIL|---|ok|\s+\S+_test.go)' || true
+{ scripts/fuzz.sh "${FUZZTIME:-3s}"; echo $? > "$log.rc"; } 2>&1 | tee -a "$log" | grep -E '^(==|FAIL|---|ok|\s+\S+_test.go|    \S)' || true
 [ "$(cat "$log.rc")" = 0 ] || { status=1; echo "--- FAIL: a fuzz target failed" >> "$log"; }
 rm -f "$log.rc"
 echo "== end-to-end tests (real kernel, initramfs, images and QEMU)"

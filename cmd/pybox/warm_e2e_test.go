@@ -6,6 +6,7 @@ package main
 // fails falls back to cold boxes and says why.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -110,8 +111,11 @@ func comparable(rc *wire.Receipt) string {
 	if errOut != c.Capture.StderrText {
 		c.Capture.Stderr.Bytes, c.Capture.Stderr.KeptBytes = 0, 0
 	}
-	return fmt.Sprintf("%s|%s|%v|%s|%+v|%q|%q|%+v|%+v", c.Status, c.Reason, deref(c.ExitCode), c.Signal, c.Capture.Stdout,
-		out, errOut, c.Capture.Stderr, c.Output)
+	// The files are compared as the receipt gives them (JSON), so that
+	// a pointer's address is never what differs.
+	files, _ := json.Marshal(c.Output)
+	return fmt.Sprintf("%s|%s|%v|%s|%+v|%q|%q|%+v|%s", c.Status, c.Reason, deref(c.ExitCode), c.Signal, c.Capture.Stdout,
+		out, errOut, c.Capture.Stderr, files)
 }
 
 // modulesLine reads a "modules ..." line of the program's output, and

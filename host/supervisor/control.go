@@ -278,6 +278,11 @@ func GetStatus(home string) (*Status, error) {
 		return reapDead(d, st), nil
 	}
 	s.Agent, s.PingMS, s.Guest = ping(home)
+	// QEMU killed a moment ago still has its cmdline while the kernel
+	// tears it down; the supervisor, asked, already knows it is gone.
+	if s.Guest == nil && st.QEMUPid != 0 && !vm.Alive(st.QEMUPid, vm.PidFile(d.Dir)) {
+		return reapDead(d, st), nil
+	}
 	return s, nil
 }
 
