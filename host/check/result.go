@@ -59,7 +59,7 @@ type toolResult struct {
 	Doc     document
 	Exec    wire.Receipt // the execution: a whole receipt, or its essentials
 	// TextSame says whether the text content is the same JSON as the
-	// structured content, as the README promises.
+	// structured content, as docs/result.md promises.
 	TextSame bool
 	// Images are the image blocks after the text; Others counts blocks
 	// after it of any other kind.

@@ -13,7 +13,7 @@ import (
 	"pybox/shared/wire"
 )
 
-// The documented limits on a result (README, Limits).
+// The documented limits on a result (docs/limits.md).
 const (
 	maxReceiptBytes  = 64 << 10
 	maxResponseBytes = 256 << 10

@@ -18,7 +18,7 @@ import (
 // structuredContent (and text). The receipt inside has its own version.
 const ResultSchemaVersion = 1
 
-// The documented limits on what goes out (README, Limits), on the encoded bytes.
+// The documented limits on what goes out (docs/limits.md), on the encoded bytes.
 const (
 	MaxReceiptBytes  = 64 << 10  // execution, JSON-encoded
 	MaxResponseBytes = 256 << 10 // one JSON-RPC response line

@@ -23,7 +23,7 @@ type Limits struct {
 	StallTimeout    time.Duration // a write to the client blocked this long ends the session
 }
 
-// DefaultLimits are the documented ones (README, Limits).
+// DefaultLimits are the documented ones (docs/limits.md).
 func DefaultLimits() Limits {
 	return Limits{MaxMessageBytes: 512 << 10, MaxMessages: 256, MaxCalls: 32, StallTimeout: 5 * time.Second}
 }

@@ -160,7 +160,7 @@ type Pids struct {
 type Capture struct {
 	Stdout Stream `json:"stdout_info"`
 	Stderr Stream `json:"stderr_info"`
-	// The text itself, under the names the README documents.
+	// The text itself, under the names docs/result.md documents.
 	StdoutText string `json:"stdout"`
 	StderrText string `json:"stderr"`
 }

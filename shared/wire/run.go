@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of a run request, as the README documents them; both
+// Limits of a run request, as docs/limits.md documents them; both
 // sides check them.
 const (
 	MaxCodeBytes          = 65536
