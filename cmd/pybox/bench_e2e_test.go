@@ -741,10 +741,10 @@ func benchBare(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv) {
 		b.Fatalf("bare python3 in the box: %v %+v", err, res)
 	}
 	var ms []float64
-	for _, f := range strings.Fields(res.Receipt.Capture.StdoutText) {
+	for _, f := range strings.Fields(res.Receipt.Capture.Stdout) {
 		v, err := strconv.ParseFloat(f, 64)
 		if err != nil {
-			b.Fatalf("bare python3 in the box printed %q", res.Receipt.Capture.StdoutText)
+			b.Fatalf("bare python3 in the box printed %q", res.Receipt.Capture.Stdout)
 		}
 		ms = append(ms, v)
 	}

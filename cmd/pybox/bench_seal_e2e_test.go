@@ -90,7 +90,7 @@ func benchSeal(b *testing.B, r *benchReport, k benchKnobs) {
 			if checked := rc.Posture != nil && rc.Posture.Seccomp == 2; checked != m.posture {
 				b.Fatalf("seal %s: the receipt's posture is %+v", m.name, rc.Posture)
 			}
-			out := strings.Fields(run(probe).Capture.StdoutText)
+			out := strings.Fields(run(probe).Capture.Stdout)
 			us, err := strconv.ParseFloat(out[0], 64)
 			if err != nil || len(out) != 2 || out[1] != m.seccomp {
 				b.Fatalf("seal %s: the probe printed %q, want a time and Seccomp %s", m.name, out, m.seccomp)

@@ -277,7 +277,7 @@ type probe struct{ name, want string }
 // failure too (the program died before it).
 func expectResults(t testing.TB, rc *wire.Receipt, probes []probe) {
 	t.Helper()
-	got := results(rc.Capture.StdoutText)
+	got := results(rc.Capture.Stdout)
 	for _, p := range probes {
 		if v, ok := got[p.name]; !ok {
 			t.Errorf("%s: no RESULT line", p.name)
@@ -286,7 +286,7 @@ func expectResults(t testing.TB, rc *wire.Receipt, probes []probe) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("stdout:\n%s\nstderr:\n%s", rc.Capture.StdoutText, rc.Capture.StderrText)
+		t.Logf("stdout:\n%s\nstderr:\n%s", rc.Capture.Stdout, rc.Capture.Stderr)
 	}
 }
 
@@ -489,10 +489,10 @@ print("RESULT stdin-tty", sys.stdin.isatty())
 		rc := expectEnd(t, r, wire.StatusOK)
 		expectExit(t, rc, 0, "")
 		want := "hello from the box\nRESULT stdin-bytes 0\nRESULT stdin-eof-at-once yes\nRESULT stdin-tty False\n"
-		if rc.Capture.StdoutText != want || rc.Capture.StderrText != "to stderr\n" {
-			t.Errorf("stdout %q, stderr %q", rc.Capture.StdoutText, rc.Capture.StderrText)
+		if rc.Capture.Stdout != want || rc.Capture.Stderr != "to stderr\n" {
+			t.Errorf("stdout %q, stderr %q", rc.Capture.Stdout, rc.Capture.Stderr)
 		}
-		if s := rc.Capture.Stdout; s.Bytes != int64(len(want)) || s.KeptBytes != len(want) || s.Truncated || s.InvalidUTF8 {
+		if s := rc.Capture.StdoutInfo; s.Bytes != int64(len(want)) || s.KeptBytes != len(want) || s.Truncated || s.InvalidUTF8 {
 			t.Errorf("stdout info %+v", s)
 		}
 		// The agent's log says where the run's time went.
@@ -522,8 +522,8 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 		rc := expectEnd(t, r, wire.StatusOK)
 		var resolution float64
 		var median int64
-		if _, err := fmt.Sscan(rc.Capture.StdoutText, &resolution, &median); err != nil {
-			t.Fatalf("stdout %q: %v", rc.Capture.StdoutText, err)
+		if _, err := fmt.Sscan(rc.Capture.Stdout, &resolution, &median); err != nil {
+			t.Fatalf("stdout %q: %v", rc.Capture.Stdout, err)
 		}
 		if resolution > 1e-6 || median >= 1e6 {
 			t.Errorf("the clock's resolution is %g s and it moves in steps of %d ns (median): the guest keeps time in jiffies", resolution, median)
@@ -536,7 +536,7 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 	t.Run("the environment, and OpenBLAS's core type under the accelerator", func(t *testing.T) {
 		r := runPy(t, e, "import os\nfor k in sorted(os.environ): print(k + '=' + os.environ[k])\n", "--timeout", "10")
 		rc := expectEnd(t, r, wire.StatusOK)
-		env := strings.Split(strings.TrimSuffix(rc.Capture.StdoutText, "\n"), "\n")
+		env := strings.Split(strings.TrimSuffix(rc.Capture.Stdout, "\n"), "\n")
 		for _, want := range []string{"HOME=/tmp", "LANG=C.UTF-8", "OPENBLAS_NUM_THREADS=1", "PATH=/usr/local/bin:/usr/bin:/bin"} {
 			if !slices.Contains(env, want) {
 				t.Errorf("the environment lacks %s: %q", want, env)
@@ -556,8 +556,8 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 		r := runPy(t, e, "import sys\nprint('bye')\nsys.exit(3)\n", "--timeout", "10")
 		rc := expectEnd(t, r, wire.StatusError)
 		expectExit(t, rc, 3, "")
-		if rc.Capture.StdoutText != "bye\n" {
-			t.Errorf("stdout %q", rc.Capture.StdoutText)
+		if rc.Capture.Stdout != "bye\n" {
+			t.Errorf("stdout %q", rc.Capture.Stdout)
 		}
 	})
 
@@ -565,8 +565,8 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 		r := runPy(t, e, "def f():\n    raise ValueError('boom')\nf()\n", "--timeout", "10")
 		rc := expectEnd(t, r, wire.StatusError)
 		expectExit(t, rc, 1, "")
-		if !strings.Contains(rc.Capture.StderrText, "Traceback") || !strings.HasSuffix(rc.Capture.StderrText, "ValueError: boom\n") {
-			t.Errorf("stderr %q", rc.Capture.StderrText)
+		if !strings.Contains(rc.Capture.Stderr, "Traceback") || !strings.HasSuffix(rc.Capture.Stderr, "ValueError: boom\n") {
+			t.Errorf("stderr %q", rc.Capture.Stderr)
 		}
 	})
 
@@ -574,8 +574,8 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 		r := runPy(t, e, "import ctypes\nprint('before', flush=True)\nctypes.string_at(0)\n", "--timeout", "10")
 		rc := expectEnd(t, r, wire.StatusError)
 		expectExit(t, rc, 128+int(syscall.SIGSEGV), "SIGSEGV")
-		if rc.Capture.StdoutText != "before\n" {
-			t.Errorf("stdout %q", rc.Capture.StdoutText)
+		if rc.Capture.Stdout != "before\n" {
+			t.Errorf("stdout %q", rc.Capture.Stdout)
 		}
 	})
 
@@ -583,8 +583,8 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 		r := runPy(t, e, "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nprint('alive after SIGTERM')\n", "--timeout", "10")
 		rc := expectEnd(t, r, wire.StatusError)
 		expectExit(t, rc, 128+int(syscall.SIGTERM), "SIGTERM")
-		if rc.Capture.StdoutText != "" {
-			t.Errorf("stdout %q: a signal the program sends itself must act as it does anywhere else", rc.Capture.StdoutText)
+		if rc.Capture.Stdout != "" {
+			t.Errorf("stdout %q: a signal the program sends itself must act as it does anywhere else", rc.Capture.Stdout)
 		}
 	})
 
@@ -597,14 +597,14 @@ sys.stderr.buffer.write("abcdefghijklmno\u20ac".encode())
 		rc := expectEnd(t, r, wire.StatusOK)
 		// One U+FFFD per invalid run (guest/box/capture.go); counts are
 		// of the raw bytes.
-		if c := rc.Capture; c.StdoutText != "ok \uFFFD end\n" || !c.Stdout.InvalidUTF8 || c.Stdout.Bytes != 10 || c.Stdout.Truncated {
-			t.Errorf("stdout %q %+v", c.StdoutText, c.Stdout)
+		if c := rc.Capture; c.Stdout != "ok \uFFFD end\n" || !c.StdoutInfo.InvalidUTF8 || c.StdoutInfo.Bytes != 10 || c.StdoutInfo.Truncated {
+			t.Errorf("stdout %q %+v", c.Stdout, c.StdoutInfo)
 		}
 		// The euro sign's 3 bytes straddle the 16-byte limit: dropped
 		// whole, not turned into U+FFFD.
-		if c := rc.Capture; c.StderrText != "abcdefghijklmno" || c.Stderr.InvalidUTF8 || !c.Stderr.Truncated ||
-			c.Stderr.Bytes != 18 || c.Stderr.KeptBytes != 15 {
-			t.Errorf("stderr %q %+v", c.StderrText, c.Stderr)
+		if c := rc.Capture; c.Stderr != "abcdefghijklmno" || c.StderrInfo.InvalidUTF8 || !c.StderrInfo.Truncated ||
+			c.StderrInfo.Bytes != 18 || c.StderrInfo.KeptBytes != 15 {
+			t.Errorf("stderr %q %+v", c.Stderr, c.StderrInfo)
 		}
 	})
 
@@ -625,8 +625,8 @@ while True:
 `, "--timeout", "2")
 		rc := expectEnd(t, r, wire.StatusTimeout)
 		expectExit(t, rc, 137, "SIGKILL")
-		if rc.WallMS < 2000 || rc.WallMS > 4000 || rc.Capture.StdoutText != "spinning\n" {
-			t.Errorf("wall %d ms for a 2 s timeout, stdout %q", rc.WallMS, rc.Capture.StdoutText)
+		if rc.WallMS < 2000 || rc.WallMS > 4000 || rc.Capture.Stdout != "spinning\n" {
+			t.Errorf("wall %d ms for a 2 s timeout, stdout %q", rc.WallMS, rc.Capture.Stdout)
 		}
 	})
 
@@ -634,8 +634,8 @@ while True:
 		r := runPy(t, e, "import os, signal\nprint('stopping', flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)\nprint('resumed')\n", "--timeout", "2")
 		rc := expectEnd(t, r, wire.StatusTimeout)
 		expectExit(t, rc, 137, "SIGKILL")
-		if rc.WallMS < 2000 || rc.WallMS > 4000 || rc.Capture.StdoutText != "stopping\n" {
-			t.Errorf("wall %d ms for a 2 s timeout, stdout %q", rc.WallMS, rc.Capture.StdoutText)
+		if rc.WallMS < 2000 || rc.WallMS > 4000 || rc.Capture.Stdout != "stopping\n" {
+			t.Errorf("wall %d ms for a 2 s timeout, stdout %q", rc.WallMS, rc.Capture.Stdout)
 		}
 	})
 
@@ -652,8 +652,8 @@ print("the child went on")
 `, "--timeout", "2")
 		rc := expectEnd(t, r, wire.StatusTimeout)
 		expectExit(t, rc, 137, "SIGKILL")
-		if rc.WallMS < 2000 || rc.WallMS > 4000 || rc.Capture.StdoutText != "waiting\n" {
-			t.Errorf("wall %d ms for a 2 s timeout, stdout %q", rc.WallMS, rc.Capture.StdoutText)
+		if rc.WallMS < 2000 || rc.WallMS > 4000 || rc.Capture.Stdout != "waiting\n" {
+			t.Errorf("wall %d ms for a 2 s timeout, stdout %q", rc.WallMS, rc.Capture.Stdout)
 		}
 	})
 
@@ -769,7 +769,7 @@ t.join()
 			name string
 			info wire.Stream
 			text string
-		}{{"stdout", rc.Capture.Stdout, rc.Capture.StdoutText}, {"stderr", rc.Capture.Stderr, rc.Capture.StderrText}} {
+		}{{"stdout", rc.Capture.StdoutInfo, rc.Capture.Stdout}, {"stderr", rc.Capture.StderrInfo, rc.Capture.Stderr}} {
 			if s.info.Bytes != 64<<20 || s.info.KeptBytes != 8192 || !s.info.Truncated || s.info.InvalidUTF8 || s.text != want {
 				t.Errorf("%s: %+v, %d bytes of text", s.name, s.info, len(s.text))
 			}
@@ -784,8 +784,8 @@ t.join()
 			t.Errorf("the agent's cgroup memory grew by %d bytes", grew)
 		}
 		next := runPy(t, e, `print("after the flood")`, "--timeout", "10")
-		if rc := expectEnd(t, next, wire.StatusOK); rc.Capture.StdoutText != "after the flood\n" || next.elapsed > 10*time.Second {
-			t.Errorf("the next run: stdout %q in %v", rc.Capture.StdoutText, next.elapsed)
+		if rc := expectEnd(t, next, wire.StatusOK); rc.Capture.Stdout != "after the flood\n" || next.elapsed > 10*time.Second {
+			t.Errorf("the next run: stdout %q in %v", rc.Capture.Stdout, next.elapsed)
 		}
 	})
 
@@ -862,7 +862,7 @@ open(o + "bad\nname", "w").write("x")
 open(o + "ok.txt", "w").write("ok")
 `, "--timeout", "20", "--file", in, "--out", out)
 		rc := expectEnd(t, r, wire.StatusOK)
-		got := results(rc.Capture.StdoutText)
+		got := results(rc.Capture.Stdout)
 		// Neither link can be made: the image is another filesystem, and
 		// the input file belongs to the box's root (protected_hardlinks).
 		// Were one made, it would be listed as a hard link below.
@@ -963,8 +963,8 @@ os.wait()
 print("main exits")
 `, "--timeout", "10", "--out", out)
 		rc := expectEnd(t, r, wire.StatusOK)
-		if rc.Capture.StdoutText != "main exits\n" {
-			t.Errorf("stdout %q: a late writer was not killed", rc.Capture.StdoutText)
+		if rc.Capture.Stdout != "main exits\n" {
+			t.Errorf("stdout %q: a late writer was not killed", rc.Capture.Stdout)
 		}
 		if o := rc.Output; len(o.Returned)+len(o.NotReturned)+o.NotListed != 0 || len(r.Files) != 0 {
 			t.Errorf("output %+v: a late writer was not killed", o)
@@ -997,8 +997,8 @@ func testOneAtATime(t *testing.T, e *vmEnv) {
 		}
 		r1 := finishRun(t, first, <-done, time.Since(t0), out1.String(), err1.String())
 		rc := expectEnd(t, r1, wire.StatusOK)
-		if rc.Capture.StdoutText != "first\nfirst done\n" {
-			t.Errorf("first run: stdout %q", rc.Capture.StdoutText)
+		if rc.Capture.Stdout != "first\nfirst done\n" {
+			t.Errorf("first run: stdout %q", rc.Capture.Stdout)
 		}
 		// Nothing of the second run reached a box: the agent never
 		// recorded it.
@@ -1032,15 +1032,15 @@ func testOneAtATime(t *testing.T, e *vmEnv) {
 		took := time.Since(sent)
 		r := finishRun(t, cmd, err, time.Since(t0), out.String(), errb.String())
 		rc := expectEnd(t, r, wire.StatusCancelled)
-		if rc.Capture.StdoutText != "started\n" || rc.WallMS >= 25000 {
-			t.Errorf("stdout %q, wall %d ms", rc.Capture.StdoutText, rc.WallMS)
+		if rc.Capture.Stdout != "started\n" || rc.WallMS >= 25000 {
+			t.Errorf("stdout %q, wall %d ms", rc.Capture.Stdout, rc.WallMS)
 		}
 		if took > 10*time.Second {
 			t.Errorf("the cancelled run took %v to end", took)
 		}
 		next := runPy(t, e, `print("after the cancel")`, "--timeout", "10")
-		if rc := expectEnd(t, next, wire.StatusOK); rc.Capture.StdoutText != "after the cancel\n" {
-			t.Errorf("the next run: stdout %q", rc.Capture.StdoutText)
+		if rc := expectEnd(t, next, wire.StatusOK); rc.Capture.Stdout != "after the cancel\n" {
+			t.Errorf("the next run: stdout %q", rc.Capture.Stdout)
 		}
 	})
 }

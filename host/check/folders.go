@@ -30,7 +30,7 @@ except OSError as e:
 		if !res.ok() {
 			return fail(want, res.summary(), hintFor(res, r.o)+"; is the VM started with `--data "+name+"=DIR`?")
 		}
-		out := res.Exec.Capture.StdoutText
+		out := res.Exec.Capture.Stdout
 		if !strings.Contains(out, "write EROFS") || !strings.Contains(out, "entries ") {
 			return fail(want, fmt.Sprintf("the box printed %q", cut(out, 200)),
 				"a data folder must be read-only: this VM or server is not PyBox's, or is out of step: rebuild (`make`) and restart the VM")
@@ -60,7 +60,7 @@ print(hashlib.sha256(b).hexdigest())
 	if !res.ok() {
 		return fail(want, res.summary(), hintFor(res, r.o))
 	}
-	printed := strings.TrimSpace(res.Exec.Capture.StdoutText)
+	printed := strings.TrimSpace(res.Exec.Capture.Stdout)
 	od := res.Doc.OutputDir
 	if od == nil || len(od.Files) != 1 || od.Files[0].Name != "pybox-check.bin" {
 		return fail(want, fmt.Sprintf("output_dir is %+v", od), "the server was not started with --output-dir "+r.o.OutputDir+", or is older than this pybox")
@@ -97,7 +97,7 @@ func (r *runner) checkFresh(ctx context.Context) verdict {
 		if !res.ok() {
 			return fail(want, res.summary(), hintFor(res, r.o))
 		}
-		seen = append(seen, strings.Fields(res.Exec.Capture.StdoutText)...)
+		seen = append(seen, strings.Fields(res.Exec.Capture.Stdout)...)
 	}
 	if len(seen) != 8 {
 		return fail(want, fmt.Sprintf("the calls printed %q", seen), "this server is not PyBox's")

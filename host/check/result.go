@@ -127,8 +127,8 @@ func (r *toolResult) summary() string {
 	if r.Exec.Status != wire.StatusOK && r.Exec.Reason != "" {
 		s += " (" + cut(r.Exec.Reason, 120) + ")"
 	}
-	if r.Exec.Capture.StderrText != "" && r.Exec.Status != wire.StatusOK {
-		s += fmt.Sprintf("; stderr %q", cut(lastLine(r.Exec.Capture.StderrText), 160))
+	if r.Exec.Capture.Stderr != "" && r.Exec.Status != wire.StatusOK {
+		s += fmt.Sprintf("; stderr %q", cut(lastLine(r.Exec.Capture.Stderr), 160))
 	}
 	return s
 }

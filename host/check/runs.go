@@ -70,15 +70,15 @@ func (r *runner) checkStdlibRun(ctx context.Context) verdict {
 	switch {
 	case !res.ok():
 		return fail(want, res.summary(), hintFor(res, r.o))
-	case res.Exec.Capture.StdoutText != helloStdout():
-		return fail(want, fmt.Sprintf("capture.stdout %q", cut(res.Exec.Capture.StdoutText, 200)),
+	case res.Exec.Capture.Stdout != helloStdout():
+		return fail(want, fmt.Sprintf("capture.stdout %q", cut(res.Exec.Capture.Stdout, 200)),
 			"the output did not come back as data, whole: the server or the guest agent is out of step with this pybox; rebuild (`make`) and restart the VM")
 	case !res.TextSame:
 		return fail(want, "the text content is not the structuredContent JSON",
 			"clients that read only the text would see another result: a bug in the server")
 	}
 	return pass("printed %d bytes, returned as capture.stdout; wall %d ms, image %s, agent %s",
-		len(res.Exec.Capture.StdoutText), res.Exec.WallMS, res.Exec.Image.Name, res.Exec.Agent.Version)
+		len(res.Exec.Capture.Stdout), res.Exec.WallMS, res.Exec.Image.Name, res.Exec.Agent.Version)
 }
 
 func (r *runner) checkMemoryFinal(context.Context) verdict {
@@ -111,7 +111,7 @@ func (r *runner) checkImage(name string) func(context.Context) verdict {
 			if res, v = r.run(ctx, want, args); v != nil {
 				return *v
 			}
-			what = "Python " + strings.TrimSpace(res.Exec.Capture.StdoutText)
+			what = "Python " + strings.TrimSpace(res.Exec.Capture.Stdout)
 		}
 		im := res.Exec.Image
 		switch {
@@ -145,7 +145,7 @@ func (r *runner) checkFiles(ctx context.Context) verdict {
 		return fail(want, res.summary(), hintFor(res, r.o))
 	}
 	const corrupt = "files were changed on the way: the server or the guest agent is out of step with this pybox; rebuild (`make`) and restart the VM"
-	if got := res.Exec.Capture.StdoutText; got != in.stdout() {
+	if got := res.Exec.Capture.Stdout; got != in.stdout() {
 		return fail(want, fmt.Sprintf("the box saw %q, not %q", cut(got, 200), in.stdout()), corrupt)
 	}
 	if p := inputDigestProblems(res.Exec.InputFiles, in.byName()); p != "" {
@@ -180,7 +180,7 @@ func (r *runner) checkChart(ctx context.Context) verdict {
 	if !res.ok() {
 		return fail(want, res.summary(), hintFor(res, r.o))
 	}
-	printed := strings.TrimSpace(res.Exec.Capture.StdoutText)
+	printed := strings.TrimSpace(res.Exec.Capture.Stdout)
 	png, problem := chartFile(res, printed)
 	if problem != "" {
 		return fail(want, problem, "files were changed on the way: the server or the guest agent is out of step with this pybox; rebuild (`make`) and restart the VM")
@@ -298,12 +298,12 @@ func (r *runner) checkOutputIsData(ctx context.Context) verdict {
 	switch {
 	case !res.ok():
 		return fail(want, res.summary(), hintFor(res, r.o))
-	case res.Exec.Capture.StdoutText != forgedOutput:
-		return fail(want, fmt.Sprintf("capture.stdout %q", cut(res.Exec.Capture.StdoutText, 200)),
+	case res.Exec.Capture.Stdout != forgedOutput:
+		return fail(want, fmt.Sprintf("capture.stdout %q", cut(res.Exec.Capture.Stdout, 200)),
 			"the output did not come back whole, as data: a bug in the server or the guest agent")
 	}
 	return pass("the forged response and notification came back only as capture.stdout (%d bytes); no id 999 on the wire",
-		len(res.Exec.Capture.StdoutText))
+		len(res.Exec.Capture.Stdout))
 }
 
 func (r *runner) checkTimeout(ctx context.Context) verdict {
@@ -365,7 +365,7 @@ func trimEvidence(res *toolResult) string {
 			}
 		}
 	}
-	return fmt.Sprintf("yet capture.stdout holds %d of the %d bytes kept, and %d files came without content", len(c.StdoutText), c.Stdout.KeptBytes, omitted)
+	return fmt.Sprintf("yet capture.stdout holds %d of the %d bytes kept, and %d files came without content", len(c.Stdout), c.StdoutInfo.KeptBytes, omitted)
 }
 
 // hintFor says what to do about a run that did not work, from what the

@@ -132,6 +132,6 @@ func needsJSON(b []byte) bool {
 // MarkCapture counts the controls of each captured stream into its
 // Controls field, overwriting what the guest said.
 func MarkCapture(c *wire.Capture) {
-	c.Stdout.Controls = Controls(c.StdoutText, "\t\n")
-	c.Stderr.Controls = Controls(c.StderrText, "\t\n")
+	c.StdoutInfo.Controls = Controls(c.Stdout, "\t\n")
+	c.StderrInfo.Controls = Controls(c.Stderr, "\t\n")
 }

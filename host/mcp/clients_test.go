@@ -75,7 +75,7 @@ func TestClientHandshakes(t *testing.T) {
 				t.Errorf("tools/list: %s", m.line)
 			}
 			r.send(c.call)
-			if d := toolResult(t, r.reply("2")); d.isError || d.exec.Capture.StdoutText != "print(1)" {
+			if d := toolResult(t, r.reply("2")); d.isError || d.exec.Capture.Stdout != "print(1)" {
 				t.Errorf("tools/call: %+v %s", d.doc.Error, d.doc.Execution)
 			}
 		})

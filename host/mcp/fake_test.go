@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/shared/wire"
 )
@@ -84,7 +84,7 @@ func (c fakeConn) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire
 		return v.result(r)
 	}
 	rec := receipt(r.RunID, wire.StatusOK, wire.CleanupRemoved)
-	rec.Capture.StdoutText = r.Code
+	rec.Capture.Stdout = r.Code
 	switch r.Code {
 	case "block":
 		<-ctx.Done()
@@ -207,10 +207,10 @@ func (s *session) ended() error {
 }
 
 // client connects the Go SDK's client to the session.
-func (s *session) client(version string) *mcp.ClientSession {
+func (s *session) client(version string) *sdk.ClientSession {
 	s.t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil)
-	cs, err := c.Connect(context.Background(), &mcp.IOTransport{Reader: s.out, Writer: s.in}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "0"}, nil)
+	cs, err := c.Connect(context.Background(), &sdk.IOTransport{Reader: s.out, Writer: s.in}, &sdk.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -354,12 +354,12 @@ func toolResult(t *testing.T, m *message) *decoded {
 // fromClient decodes a result the Go SDK's client got. The client decoded
 // structuredContent into a map, so its bytes are gone: check that it says
 // what the text says, then decode the text.
-func fromClient(t *testing.T, res *mcp.CallToolResult) *decoded {
+func fromClient(t *testing.T, res *sdk.CallToolResult) *decoded {
 	t.Helper()
 	if len(res.Content) == 0 {
 		t.Fatal("no content")
 	}
-	text := res.Content[0].(*mcp.TextContent).Text
+	text := res.Content[0].(*sdk.TextContent).Text
 	var fromText any
 	if err := json.Unmarshal([]byte(text), &fromText); err != nil {
 		t.Fatal(err)
@@ -369,7 +369,7 @@ func fromClient(t *testing.T, res *mcp.CallToolResult) *decoded {
 	}
 	content := []any{map[string]string{"type": "text", "text": text}}
 	for _, c := range res.Content[1:] {
-		im, ok := c.(*mcp.ImageContent)
+		im, ok := c.(*sdk.ImageContent)
 		if !ok {
 			t.Fatalf("a %T after the text", c)
 		}

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/host/picture"
 )
@@ -32,7 +32,7 @@ const notShownToFit = "to fit the 256 KiB response limit"
 // shownPicture is a returned file that is a picture, or starts like one.
 type shownPicture struct {
 	name  string
-	image *mcp.ImageContent // nil when it failed the check
+	image *sdk.ImageContent // nil when it failed the check
 	shown bool
 	why   string // why it is not shown
 }
@@ -106,7 +106,7 @@ func (t *trimmer) pictures() []shownPicture {
 			p.why = fmt.Sprintf("at most %d images are shown in one result", maxPictures)
 		default:
 			tried++
-			p.image = &mcp.ImageContent{Data: t.raw[i], MIMEType: info.Format.MIME}
+			p.image = &sdk.ImageContent{Data: t.raw[i], MIMEType: info.Format.MIME}
 			p.why = notShownToFit
 		}
 		pics = append(pics, p)

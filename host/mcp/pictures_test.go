@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/shared/wire"
 )
@@ -134,11 +134,11 @@ func TestShapePicturesTrimmed(t *testing.T) {
 		files = append(files, wire.OutputFile{Name: fmt.Sprintf("chart%d.png", i), Content: chartPNG(t, 72, 72+i, true)})
 	}
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
-	rec.Capture.StdoutText = strings.Repeat("\x01", wire.MaxOutputBytes) // escaped to six bytes, and seven in the text
+	rec.Capture.Stdout = strings.Repeat("\x01", wire.MaxOutputBytes) // escaped to six bytes, and seven in the text
 	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
 	sameFiles(t, d, files)
-	if len(d.exec.Capture.StdoutText) != wire.MaxOutputBytes {
-		t.Fatalf("stdout was cut to %d bytes: the pictures must not cost the receipt", len(d.exec.Capture.StdoutText))
+	if len(d.exec.Capture.Stdout) != wire.MaxOutputBytes {
+		t.Fatalf("stdout was cut to %d bytes: the pictures must not cost the receipt", len(d.exec.Capture.Stdout))
 	}
 	if len(d.images) == 0 || len(d.images) == 3 {
 		t.Fatalf("%d of 3 images shown; the test wants a result where some but not all fit (response %d bytes)", len(d.images), d.line)
@@ -178,8 +178,8 @@ func TestShapePicturesBounded(t *testing.T) {
 	for _, fill := range []bool{false, true} {
 		rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
 		if fill {
-			rec.Capture.StdoutText = strings.Repeat("\x01", wire.MaxOutputBytes)
-			rec.Capture.StderrText = strings.Repeat("<", wire.MaxOutputBytes)
+			rec.Capture.Stdout = strings.Repeat("\x01", wire.MaxOutputBytes)
+			rec.Capture.Stderr = strings.Repeat("<", wire.MaxOutputBytes)
 			for i := range 6 {
 				files = append(files, wire.OutputFile{Name: fmt.Sprintf("z%d", i), Content: bytes.Repeat([]byte{1}, 7<<10)})
 			}
@@ -211,8 +211,8 @@ func TestShapePicturesNotesFallBack(t *testing.T) {
 		files = append(files, wire.OutputFile{Name: fmt.Sprintf("z%03d", i), Content: bytes.Repeat([]byte{1}, 200)})
 	}
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
-	rec.Capture.StdoutText = strings.Repeat("\x01", wire.MaxOutputBytes)
-	rec.Capture.StderrText = strings.Repeat("<", wire.MaxOutputBytes)
+	rec.Capture.Stdout = strings.Repeat("\x01", wire.MaxOutputBytes)
+	rec.Capture.Stderr = strings.Repeat("<", wire.MaxOutputBytes)
 	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
 	what := d.doc.Delivery.What
 	if last := what[len(what)-1]; last != "12 files that look like images are not shown as images; they are returned as files" {
@@ -240,7 +240,7 @@ func TestCallReturnsPictures(t *testing.T) {
 			map[string]any{"name": "notes.png", "content": "not a picture"},
 		}}
 	}
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: args(true)})
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolName, Arguments: args(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,10 +248,10 @@ func TestCallReturnsPictures(t *testing.T) {
 	if len(res.Content) != 2 || len(*d.doc.Files) != 2 || d.doc.Delivery.Trimmed {
 		t.Fatalf("%d contents, delivery %+v", len(res.Content), d.doc.Delivery)
 	}
-	if im := res.Content[1].(*mcp.ImageContent); !bytes.Equal(im.Data, chart) || im.MIMEType != "image/png" {
+	if im := res.Content[1].(*sdk.ImageContent); !bytes.Equal(im.Data, chart) || im.MIMEType != "image/png" {
 		t.Fatalf("the image block: %s of %d bytes", im.MIMEType, len(im.Data))
 	}
-	if res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: args(false)}); err != nil || len(res.Content) != 1 {
+	if res, err = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolName, Arguments: args(false)}); err != nil || len(res.Content) != 1 {
 		t.Fatalf("return_files false: %v, %d contents", err, len(res.Content))
 	}
 }

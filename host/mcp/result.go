@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"unicode/utf8"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/host/escape"
 	"pybox/host/outdir"
@@ -56,7 +56,7 @@ type document struct {
 	OutputDir *savedOut `json:"output_dir,omitempty"`
 	// images follow the text in the result's content: returned files
 	// that are pictures (see showPictures). They are not part of the JSON.
-	images []*mcp.ImageContent
+	images []*sdk.ImageContent
 }
 
 type callError struct {
@@ -151,14 +151,14 @@ func (d *document) isError() bool {
 // of the execution and of the whole result, measured the way the SDK will
 // encode them (json.Marshal escapes <, > and & as \u003c..., so the raw
 // length would be wrong; the SDK sends an image's data as base64).
-func (d *document) encode() (res *mcp.CallToolResult, receiptBytes, resultBytes int) {
+func (d *document) encode() (res *sdk.CallToolResult, receiptBytes, resultBytes int) {
 	exec := encodeJSON(d.Execution)
 	doc := encodeJSON(d)
-	content := []mcp.Content{&mcp.TextContent{Text: string(doc)}}
+	content := []sdk.Content{&sdk.TextContent{Text: string(doc)}}
 	for _, im := range d.images {
 		content = append(content, im)
 	}
-	res = &mcp.CallToolResult{
+	res = &sdk.CallToolResult{
 		Content:           content,
 		StructuredContent: json.RawMessage(doc),
 		IsError:           d.isError(),

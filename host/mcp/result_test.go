@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/shared/wire"
 )
@@ -28,7 +28,7 @@ func receipt(runID, status, cleanup string) wire.Receipt {
 		Agent:   wire.AgentInfo{Version: "test", Commit: "0123456789ab", Kernel: "6.1.0"},
 		Limits:  wire.AppliedLimit{TimeoutSeconds: 2, MaxOutputBytes: 4096, MemoryBytes: 512 << 20, PidsMax: 128},
 		Memory:  wire.Memory{PeakBytes: 10 << 20, Reading: "final", LimitBytes: 512 << 20},
-		Capture: wire.Capture{StdoutText: "hello\n", Stdout: wire.Stream{Bytes: 6, KeptBytes: 6}},
+		Capture: wire.Capture{Stdout: "hello\n", StdoutInfo: wire.Stream{Bytes: 6, KeptBytes: 6}},
 		Cleanup: wire.Cleanup{Status: cleanup},
 	}
 }
@@ -61,7 +61,7 @@ type imageBlock struct {
 }
 
 // checkResult checks what every result must keep to, and decodes it.
-func checkResult(t testing.TB, res *mcp.CallToolResult) *decoded {
+func checkResult(t testing.TB, res *sdk.CallToolResult) *decoded {
 	t.Helper()
 	raw, err := json.Marshal(res)
 	if err != nil {
@@ -142,7 +142,7 @@ func TestShapeOK(t *testing.T) {
 	if d.isError || d.doc.Error != nil || d.doc.Delivery.Trimmed || d.doc.Files != nil {
 		t.Fatalf("isError %v, error %v, delivery %+v, files %v", d.isError, d.doc.Error, d.doc.Delivery, d.doc.Files)
 	}
-	if d.exec.RunID != "r1" || d.exec.Status != wire.StatusOK || d.exec.Capture.StdoutText != "hello\n" {
+	if d.exec.RunID != "r1" || d.exec.Status != wire.StatusOK || d.exec.Capture.Stdout != "hello\n" {
 		t.Fatalf("execution %s", d.doc.Execution)
 	}
 	var back wire.Receipt
@@ -212,8 +212,8 @@ func TestIsErrorOfEssentials(t *testing.T) {
 // and the call is no error.
 func TestShapeThousandsOfDeliveredFiles(t *testing.T) {
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
-	rec.Capture.StdoutText = strings.Repeat("the program's own output\n", 150)
-	rec.Capture.Stdout = wire.Stream{Bytes: int64(len(rec.Capture.StdoutText)), KeptBytes: len(rec.Capture.StdoutText)}
+	rec.Capture.Stdout = strings.Repeat("the program's own output\n", 150)
+	rec.Capture.StdoutInfo = wire.Stream{Bytes: int64(len(rec.Capture.Stdout)), KeptBytes: len(rec.Capture.Stdout)}
 	for i := range 1024 {
 		rec.Output.Delivered = append(rec.Output.Delivered, wire.FileDigest{Name: fmt.Sprintf("part-%05d.csv", i), Bytes: int64(i), SHA256: sum([]byte{byte(i)})})
 	}
@@ -228,8 +228,8 @@ func TestShapeThousandsOfDeliveredFiles(t *testing.T) {
 	if err := json.Unmarshal(d.doc.Execution, &back); err != nil {
 		t.Fatalf("execution is not a receipt (cut to its essentials?): %v %.300s", err, d.doc.Execution)
 	}
-	if d.isError || back.Capture.StdoutText != rec.Capture.StdoutText {
-		t.Errorf("isError %v, stdout kept %d of %d bytes", d.isError, len(back.Capture.StdoutText), len(rec.Capture.StdoutText))
+	if d.isError || back.Capture.Stdout != rec.Capture.Stdout {
+		t.Errorf("isError %v, stdout kept %d of %d bytes", d.isError, len(back.Capture.Stdout), len(rec.Capture.Stdout))
 	}
 	o := back.Output
 	if o.DeliveredAll == nil || *o.DeliveredAll != all || len(o.Delivered) == 0 || len(o.Delivered) >= 1024 {
@@ -307,7 +307,7 @@ func TestShapeFiles(t *testing.T) {
 func TestShapeTrimsEscapingBlowup(t *testing.T) {
 	ctl := strings.Repeat("\x01", wire.MaxOutputBytes)
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
-	rec.Capture.StdoutText, rec.Capture.StderrText = ctl, strings.Repeat("<", wire.MaxOutputBytes)
+	rec.Capture.Stdout, rec.Capture.Stderr = ctl, strings.Repeat("<", wire.MaxOutputBytes)
 	var files []wire.OutputFile
 	for i := range 6 {
 		files = append(files, wire.OutputFile{Name: "f" + string(rune('0'+i)), Content: []byte(ctl)})
@@ -338,11 +338,11 @@ func TestShapeTrimsEscapingBlowup(t *testing.T) {
 // The receipt alone over 64 KiB: both streams at the maximum, escaped.
 func TestShapeTrimsReceipt(t *testing.T) {
 	rec := receipt("r", wire.StatusError, wire.CleanupRemoved)
-	rec.Capture.StdoutText = strings.Repeat("\x02", 6000) + "Ω" + strings.Repeat("\x02", 6000)
-	rec.Capture.StderrText = strings.Repeat("\x03", 12000)
+	rec.Capture.Stdout = strings.Repeat("\x02", 6000) + "Ω" + strings.Repeat("\x02", 6000)
+	rec.Capture.Stderr = strings.Repeat("\x03", 12000)
 	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}}))
-	if !d.doc.Delivery.Trimmed || len(d.exec.Capture.StdoutText) == 0 || len(d.exec.Capture.StdoutText) >= 12002 {
-		t.Fatalf("stdout kept %d bytes; delivery %+v", len(d.exec.Capture.StdoutText), d.doc.Delivery)
+	if !d.doc.Delivery.Trimmed || len(d.exec.Capture.Stdout) == 0 || len(d.exec.Capture.Stdout) >= 12002 {
+		t.Fatalf("stdout kept %d bytes; delivery %+v", len(d.exec.Capture.Stdout), d.doc.Delivery)
 	}
 	if !strings.Contains(strings.Join(d.doc.Delivery.What, ";"), "64 KiB receipt") {
 		t.Fatalf("delivery does not say why: %q", d.doc.Delivery.What)
@@ -357,7 +357,7 @@ func TestShapeHostileGuest(t *testing.T) {
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
 	rec.Reason, rec.Signal, rec.Cleanup.Detail, rec.Image.Name, rec.Agent.Kernel = huge, huge, huge, huge, huge
 	rec.Image.Python, rec.Image.Suite = huge, huge
-	rec.Capture.StdoutText, rec.Capture.StderrText = huge, huge
+	rec.Capture.Stdout, rec.Capture.Stderr = huge, huge
 	for i := range 5000 {
 		rec.InputFiles = append(rec.InputFiles, wire.FileDigest{Name: huge[:300], SHA256: strings.Repeat("a", 64), Bytes: int64(i)})
 		rec.Output.Returned = append(rec.Output.Returned, wire.FileDigest{Name: "f", SHA256: huge[:100]})
@@ -392,7 +392,7 @@ func FuzzShape(f *testing.F) {
 		nfiles = min(max(nfiles, 0), 2000)
 		size = min(max(size, 0), (1<<20)/max(nfiles, 1))
 		rec := receipt("fuzz", status, cleanup)
-		rec.Capture.StdoutText, rec.Capture.StderrText = stdout, stderr
+		rec.Capture.Stdout, rec.Capture.Stderr = stdout, stderr
 		rec.Cleanup.Detail = stderr
 		var files []wire.OutputFile
 		for i := range nfiles {
@@ -429,8 +429,8 @@ func FuzzShape(f *testing.F) {
 func TestShapeEscapesControls(t *testing.T) {
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
 	out := "total: 42\u009b2J \u202eevil\u202c and \x1b]52;c;Zm9v\x07 and \u2066x\u2069\n"
-	rec.Capture.StdoutText, rec.Capture.StderrText = out, "plain\n"
-	rec.Capture.Stdout.Controls = 0 // the guest's word does not count
+	rec.Capture.Stdout, rec.Capture.Stderr = out, "plain\n"
+	rec.Capture.StdoutInfo.Controls = 0 // the guest's word does not count
 	res := shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}})
 	raw, _ := json.Marshal(res)
 	for _, c := range []string{"\u009b", "\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\x07"} {
@@ -439,13 +439,13 @@ func TestShapeEscapesControls(t *testing.T) {
 		}
 	}
 	d := checkResult(t, res)
-	if d.exec.Capture.StdoutText != out {
-		t.Errorf("stdout decodes to %q, want the program's %q", d.exec.Capture.StdoutText, out)
+	if d.exec.Capture.Stdout != out {
+		t.Errorf("stdout decodes to %q, want the program's %q", d.exec.Capture.Stdout, out)
 	}
-	if got := d.exec.Capture.Stdout.Controls; got != 7 {
+	if got := d.exec.Capture.StdoutInfo.Controls; got != 7 {
 		t.Errorf("stdout controls %d, want 7", got)
 	}
-	if got := d.exec.Capture.Stderr.Controls; got != 0 {
+	if got := d.exec.Capture.StderrInfo.Controls; got != 0 {
 		t.Errorf("stderr controls %d, want 0", got)
 	}
 }

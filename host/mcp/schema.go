@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/shared/wire"
 )
@@ -16,13 +16,13 @@ const ToolName = "run_python"
 // agent sees exactly what it may ask for. The schema is written by hand
 // (not inferred from a Go type) so that every bound is visible in it; the
 // handler checks every call again in code all the same.
-func tool(o *Options) *mcp.Tool {
-	return &mcp.Tool{
+func tool(o *Options) *sdk.Tool {
+	return &sdk.Tool{
 		Name:        ToolName,
 		Title:       "Run Python in a sealed box",
 		Description: toolDescription(o),
 		InputSchema: inputSchema(o),
-		Annotations: &mcp.ToolAnnotations{
+		Annotations: &sdk.ToolAnnotations{
 			Title:           "Run Python in a sealed box",
 			DestructiveHint: new(false),
 			OpenWorldHint:   new(false),

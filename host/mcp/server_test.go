@@ -13,16 +13,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/shared/wire"
 )
 
 func testLimits() Limits { return DefaultLimits() }
 
-func callTool(t *testing.T, cs *mcp.ClientSession, args any) *decoded {
+func callTool(t *testing.T, cs *sdk.ClientSession, args any) *decoded {
 	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: args})
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolName, Arguments: args})
 	if err != nil {
 		t.Fatalf("tools/call: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestRunOK(t *testing.T) {
 		"code": "print(1)", "image": "data", "timeout_s": 12.5, "max_output_bytes": 100,
 		"files": []any{map[string]any{"name": "a.csv", "content": "x,y\n"}, map[string]any{"name": "b", "content": "AAE=", "encoding": "base64"}},
 	})
-	if d.isError || d.exec.Status != wire.StatusOK || d.exec.Cleanup.Status != wire.CleanupRemoved || d.exec.Capture.StdoutText != "print(1)" {
+	if d.isError || d.exec.Status != wire.StatusOK || d.exec.Cleanup.Status != wire.CleanupRemoved || d.exec.Capture.Stdout != "print(1)" {
 		t.Fatalf("%s", d.doc.Execution)
 	}
 	runs := vm.Runs()
@@ -340,8 +340,8 @@ func TestFakeResponseStaysData(t *testing.T) {
 	code, _ := json.Marshal(fake)
 	r.call("5", `{"code":`+string(code)+`}`)
 	d := toolResult(t, r.reply("5"))
-	if d.exec.Capture.StdoutText != fake {
-		t.Fatalf("stdout came back as %q", d.exec.Capture.StdoutText)
+	if d.exec.Capture.Stdout != fake {
+		t.Fatalf("stdout came back as %q", d.exec.Capture.Stdout)
 	}
 	r.send(`{"jsonrpc":"2.0","id":6,"method":"ping"}`)
 	r.reply("6") // fails on any other message first, id 999 included
@@ -396,7 +396,7 @@ func TestCancel(t *testing.T) {
 	cs := startSession(t, DefaultOptions(), vm, testLimits()).client("")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-vm.started; cancel() }()
-	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "block"}}); err == nil {
+	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "block"}}); err == nil {
 		t.Fatal("a cancelled call returned a result")
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -476,7 +476,7 @@ func TestStalledClient(t *testing.T) {
 		vm := newFakeVM()
 		vm.result = func(r *wire.Run) (*wire.Result, error) {
 			rec := receipt(r.RunID, wire.StatusOK, wire.CleanupRemoved)
-			rec.Capture.StdoutText = strings.Repeat("\x01", 8192)
+			rec.Capture.Stdout = strings.Repeat("\x01", 8192)
 			return &wire.Result{Receipt: rec}, nil
 		}
 		s := startSession(t, DefaultOptions(), vm, lim)
@@ -552,11 +552,11 @@ func TestPanicIsAnErrorResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, ct := mcp.NewInMemoryTransports()
+	st, ct := sdk.NewInMemoryTransports()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go srv.Serve(ctx, st)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,7 +648,7 @@ func TestOutputDir(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{Images: []string{"stdlib"}, MaxTimeout: 5, OutputDir: dir, MaxOutputDirBytes: 1 << 20}
 	cs := startSession(t, o, vm, testLimits()).client("")
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}})
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Limits are what one session may send and how long it may stall.
@@ -63,8 +63,8 @@ type Transport struct {
 	Log func(format string, args ...any)
 }
 
-// Connect implements mcp.Transport. A Transport connects once.
-func (t *Transport) Connect(context.Context) (mcp.Connection, error) {
+// Connect implements sdk.Transport. A Transport connects once.
+func (t *Transport) Connect(context.Context) (sdk.Connection, error) {
 	lim := t.Limits
 	if lim == (Limits{}) {
 		lim = DefaultLimits()

@@ -9,7 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/host/escape"
 	"pybox/shared/wire"
@@ -35,7 +35,7 @@ const (
 // receipt and 256 KiB of response. It is a pure function. Whatever it gets,
 // the result fits and still carries the cleanup status: when nothing else
 // fits, an error result with the run's essentials.
-func shape(o outcome) *mcp.CallToolResult {
+func shape(o outcome) *sdk.CallToolResult {
 	t := newTrimmer(o)
 	t.trim()
 	t.showPictures()
@@ -191,19 +191,19 @@ func (t *trimmer) dropContents() {
 // cutCapture cuts stdout and stderr to the same number of bytes, the
 // most that fits.
 func (t *trimmer) cutCapture(ok func() bool, limit string) {
-	out, errs := t.orig.Capture.StdoutText, t.orig.Capture.StderrText
+	out, errs := t.orig.Capture.Stdout, t.orig.Capture.Stderr
 	longest := max(len(out), len(errs))
 	if longest == 0 {
 		return
 	}
 	set := func(k int) {
-		t.rec.Capture.StdoutText, t.rec.Capture.StderrText = cutUTF8(out, k), cutUTF8(errs, k)
+		t.rec.Capture.Stdout, t.rec.Capture.Stderr = cutUTF8(out, k), cutUTF8(errs, k)
 	}
 	if largest(longest, set, ok) == longest {
 		return
 	}
 	t.note("capture.stdout cut from %d to %d bytes and capture.stderr from %d to %d to fit %s",
-		len(out), len(t.rec.Capture.StdoutText), len(errs), len(t.rec.Capture.StderrText), limit)
+		len(out), len(t.rec.Capture.Stdout), len(errs), len(t.rec.Capture.Stderr), limit)
 	t.orig.Capture = t.rec.Capture
 }
 
@@ -294,8 +294,8 @@ func (t *trimmer) undeliverable() {
 // finish sets the delivery numbers. response_bytes describes the very
 // result it is part of, so it is settled by iterating to a fixed point
 // (its digits change the size by a byte or two at most).
-func (t *trimmer) finish() *mcp.CallToolResult {
-	var res *mcp.CallToolResult
+func (t *trimmer) finish() *sdk.CallToolResult {
+	var res *sdk.CallToolResult
 	d := &t.doc.Delivery
 	d.ResponseBytes = 0
 	for range 5 {
@@ -349,10 +349,10 @@ func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
 		r.Cleanup = wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the guest's receipt gave no cleanup status"}
 	}
 	// A stream keeps at most max_output_bytes, and that is at most 8 KiB.
-	r.Capture.StdoutText = cutUTF8(r.Capture.StdoutText, wire.MaxOutputBytes)
-	r.Capture.StderrText = cutUTF8(r.Capture.StderrText, wire.MaxOutputBytes)
+	r.Capture.Stdout = cutUTF8(r.Capture.Stdout, wire.MaxOutputBytes)
+	r.Capture.Stderr = cutUTF8(r.Capture.Stderr, wire.MaxOutputBytes)
 	escape.MarkCapture(&r.Capture)
-	cut = cut || len(r.Capture.StdoutText) != len(in.Capture.StdoutText) || len(r.Capture.StderrText) != len(in.Capture.StderrText)
+	cut = cut || len(r.Capture.Stdout) != len(in.Capture.Stdout) || len(r.Capture.Stderr) != len(in.Capture.Stderr)
 	r.InputFiles = digests(in.InputFiles, wire.MaxInputFiles, s)
 	r.Output.Returned = digests(in.Output.Returned, maxReturned, s)
 	cut = cut || len(r.InputFiles) != len(in.InputFiles) || len(r.Output.Returned) != len(in.Output.Returned)

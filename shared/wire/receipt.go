@@ -29,15 +29,15 @@ const (
 
 // Reasons an output file was not brought back.
 const (
-	NotReturnedNotAsked  = "return_files was false"
-	NotReturnedOverCap   = "over the 48 KiB content cap"
-	NotReturnedNotFile   = "not a regular file"
-	NotReturnedSymlink   = "symbolic link (never followed)"
-	NotReturnedHardLink  = "hard link (more than one name)"
-	NotReturnedUnreadble = "could not be read"
-	NotReturnedChanged   = "changed while being read"
-	NotReturnedOverCount = "over the 64-file return cap"
-	NotReturnedName      = "name needs escaping; only plain names come back"
+	NotReturnedNotAsked   = "return_files was false"
+	NotReturnedOverCap    = "over the 48 KiB content cap"
+	NotReturnedNotFile    = "not a regular file"
+	NotReturnedSymlink    = "symbolic link (never followed)"
+	NotReturnedHardLink   = "hard link (more than one name)"
+	NotReturnedUnreadable = "could not be read"
+	NotReturnedChanged    = "changed while being read"
+	NotReturnedOverCount  = "over the 64-file return cap"
+	NotReturnedName       = "name needs escaping; only plain names come back"
 	// NotReturnedTimeLimit starts the reason of a file that collecting
 	// /tmp/output did not finish within its allowance (or before a
 	// cancel): not looked at, or listed without its sha256.
@@ -158,11 +158,11 @@ type Pids struct {
 // not valid UTF-8 are replaced by U+FFFD in the string, and InvalidUTF8 is
 // set; the byte counts are of the raw bytes.
 type Capture struct {
-	Stdout Stream `json:"stdout_info"`
-	Stderr Stream `json:"stderr_info"`
+	StdoutInfo Stream `json:"stdout_info"`
+	StderrInfo Stream `json:"stderr_info"`
 	// The text itself, under the names docs/result.md documents.
-	StdoutText string `json:"stdout"`
-	StderrText string `json:"stderr"`
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
 }
 
 // Stream describes one captured stream.

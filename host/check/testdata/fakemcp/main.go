@@ -187,9 +187,9 @@ func (f *fake) run(ctx context.Context, a *args, timeout float64) *mcp.CallToolR
 		if *flaw == "stray-line" {
 			f.out.line([]byte("fakemcp: debug: starting a run"))
 		}
-		rec.Capture.StdoutText = "hello from pybox check\n" + sum([]byte("pybox")) + "\n"
+		rec.Capture.Stdout = "hello from pybox check\n" + sum([]byte("pybox")) + "\n"
 	case "image":
-		rec.Capture.StdoutText = "3.11.2\n"
+		rec.Capture.Stdout = "3.11.2\n"
 	case "files":
 		f.files(a, &rec, doc)
 	case "chart":
@@ -199,7 +199,7 @@ func (f *fake) run(ctx context.Context, a *args, timeout float64) *mcp.CallToolR
 		if *flaw == "reused-process" {
 			n = 1
 		}
-		rec.Capture.StdoutText = fmt.Sprintf("%d %d uuid-%d %x\n", n*7919, n*104729, n, n)
+		rec.Capture.Stdout = fmt.Sprintf("%d %d uuid-%d %x\n", n*7919, n*104729, n, n)
 	case "forge":
 		if *flaw == "crash-on-forge" {
 			os.Exit(3)
@@ -225,7 +225,7 @@ func chart(rec *wire.Receipt, doc map[string]any) []mcp.Content {
 	}
 	var b bytes.Buffer
 	png.Encode(&b, m)
-	rec.Capture.StdoutText = sum(b.Bytes()) + "\n"
+	rec.Capture.Stdout = sum(b.Bytes()) + "\n"
 	rec.Output.Returned = []wire.FileDigest{{Name: "chart.png", Bytes: int64(b.Len()), SHA256: sum(b.Bytes())}}
 	doc["files"] = []map[string]any{{"name": "chart.png", "bytes": b.Len(), "sha256": sum(b.Bytes()),
 		"encoding": "base64", "content": base64.StdEncoding.EncodeToString(b.Bytes())}}
@@ -271,7 +271,7 @@ func (f *fake) files(a *args, rec *wire.Receipt, doc map[string]any) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		rec.Capture.StdoutText += fmt.Sprintf("%s %d %s\n", n, len(in[n]), sum(in[n]))
+		rec.Capture.Stdout += fmt.Sprintf("%s %d %s\n", n, len(in[n]), sum(in[n]))
 	}
 	rev := bytes.Clone(in["in.bin"])
 	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
@@ -302,9 +302,9 @@ func (f *fake) files(a *args, rec *wire.Receipt, doc map[string]any) {
 func (f *fake) forge(a *args, rec *wire.Receipt) {
 	_, lit, _ := strings.Cut(a.Code, "sys.stdout.write(")
 	lit, _, _ = strings.Cut(lit, ")\n")
-	json.Unmarshal([]byte(lit), &rec.Capture.StdoutText)
+	json.Unmarshal([]byte(lit), &rec.Capture.Stdout)
 	if *flaw == "echo-999" {
-		for _, l := range strings.Split(rec.Capture.StdoutText, "\n") {
+		for _, l := range strings.Split(rec.Capture.Stdout, "\n") {
 			if strings.HasPrefix(l, "{") {
 				f.out.line([]byte(l))
 			}
@@ -339,10 +339,10 @@ func (f *fake) sleep(ctx context.Context, name string, timeout float64, rec *wir
 // trim answers the trim program with a result cut to fit, as pybox mcp
 // cuts it; no-trim leaves delivery silent about it.
 func trim(rec *wire.Receipt, doc map[string]any) {
-	rec.Capture.StdoutText = strings.Repeat("\x01", 1000)
-	rec.Capture.StderrText = strings.Repeat("\x01", 1000)
-	rec.Capture.Stdout = wire.Stream{Bytes: 8192, KeptBytes: 8192}
-	rec.Capture.Stderr = wire.Stream{Bytes: 8192, KeptBytes: 8192}
+	rec.Capture.Stdout = strings.Repeat("\x01", 1000)
+	rec.Capture.Stderr = strings.Repeat("\x01", 1000)
+	rec.Capture.StdoutInfo = wire.Stream{Bytes: 8192, KeptBytes: 8192}
+	rec.Capture.StderrInfo = wire.Stream{Bytes: 8192, KeptBytes: 8192}
 	if *flaw != "no-trim" {
 		doc["delivery"] = map[string]any{"trimmed": true, "what": []string{"capture cut from 8192 to 1000 bytes to fit the 64 KiB receipt limit"}}
 	}
