@@ -126,15 +126,16 @@ func copyAdd(root *os.Root, a Add) error {
 			if err != nil {
 				return err
 			}
-			b, err := os.ReadFile(p)
+			src, err := os.Open(p)
 			if err != nil {
 				return err
 			}
+			defer src.Close()
 			mode := fs.FileMode(0o644)
 			if fi.Mode().Perm()&0o111 != 0 {
 				mode = 0o755
 			}
-			return writeNew(root, target, b, mode)
+			return copyNew(root, target, src, mode)
 		default:
 			return fmt.Errorf("%s is a %s, not a file, directory or link", p, d.Type())
 		}

@@ -295,6 +295,12 @@ func (w *wheel) writeEntryPoints(root *os.Root, s wheelScheme) error {
 // writeNew creates a file (and its directories) inside root; it fails if
 // the file exists. os.Root keeps every path, links included, inside the tree.
 func writeNew(root *os.Root, name string, b []byte, mode fs.FileMode) error {
+	return copyNew(root, name, bytes.NewReader(b), mode)
+}
+
+// copyNew is writeNew from a reader, streamed: a large file added to an
+// image is never held in memory whole.
+func copyNew(root *os.Root, name string, r io.Reader, mode fs.FileMode) error {
 	if dir := path.Dir(name); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -307,7 +313,7 @@ func writeNew(root *os.Root, name string, b []byte, mode fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
+	if _, err := io.Copy(f, r); err != nil {
 		f.Close()
 		return err
 	}
