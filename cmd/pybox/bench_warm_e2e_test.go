@@ -51,12 +51,12 @@ var warmPrograms = []struct {
 // benchDataFolder is the product's main use: pandas on a data folder.
 const benchDataFolder = "pandas: a data folder's CSV, grouped"
 
-// benchSalesCSV is the data folder's CSV: a few hundred rows.
-func benchSalesCSV(b *testing.B) string {
+// benchSalesCSV is a data folder holding sales.csv of rows rows.
+func benchSalesCSV(b *testing.B, rows int) string {
 	dir := openTempDir(b)
 	var sb strings.Builder
 	sb.WriteString("region,units\n")
-	for i := range 500 {
+	for i := range rows {
 		fmt.Fprintf(&sb, "%s,%d\n", []string{"north", "south", "east", "west"}[i%4], i%97)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "sales.csv"), []byte(sb.String()), 0o644); err != nil {
@@ -88,7 +88,7 @@ func benchWarm(b *testing.B, r *benchReport, k benchKnobs) {
 	// warm VM's boxes ready, so that neither VM's background work falls on
 	// the other's calls.
 	vms := []*warmVM{{name: "warm"}, {name: "cold", args: []string{"--warm", "0"}}}
-	sales := benchSalesCSV(b)
+	sales := benchSalesCSV(b, 500) // a few hundred rows
 	for _, v := range vms {
 		v.e = benchEnv(b)
 		if out, errOut, code := v.e.pybox(append([]string{"vm", "start", "--images", "stdlib,data", "--data", "sales=" + sales}, v.args...)...); code != 0 {

@@ -114,3 +114,30 @@ func TestStatusEscapes(t *testing.T) {
 		t.Errorf("vm status of a stopped VM left %q raw:\n%s", c, not.String())
 	}
 }
+
+// `pybox vm status` shows the VM's memory as one budget, and says when a
+// run's limit does not fit beside what the guest holds.
+func TestStatusShowsTheMemoryBudget(t *testing.T) {
+	state := &supervisor.State{Phase: "running", SupervisorPid: 1, Accel: "tcg", Machine: "microvm", Channel: "serial", MemoryMiB: 1024}
+	mem := &wire.GuestMemory{Total: 1000 << 20, Used: 120 << 20, Cache: 150 << 20, Free: 730 << 20, Warm: 70 << 20}
+	var b bytes.Buffer
+	printStatus(&b, &supervisor.Status{Running: true, State: state, HostMemoryBytes: 420 << 20, Guest: &wire.AgentStatus{Memory: mem}})
+	for _, want := range []string{
+		"420 MiB of the VM's 1024 MiB",
+		"used 120 MiB (warm boxes 70 MiB), cache 150 MiB, free 730 MiB",
+		"1000 MiB: 50 MiB the guest itself, 70 MiB warm boxes, 512 MiB a run, 368 MiB cache",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("vm status does not say %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "does not fit") {
+		t.Errorf("a run fits:\n%s", b.String())
+	}
+	small := &wire.GuestMemory{Total: 480 << 20, Used: 100 << 20, Free: 380 << 20, Warm: 60 << 20}
+	b.Reset()
+	printStatus(&b, &supervisor.Status{Running: true, State: state, Guest: &wire.AgentStatus{Memory: small}})
+	if !strings.Contains(b.String(), "a run's 512 MiB does not fit: start the VM with more --memory") || strings.Contains(b.String(), "host memory") {
+		t.Errorf("a 480 MiB guest:\n%s", b.String())
+	}
+}

@@ -98,9 +98,15 @@ hello, printing the accelerator, the boot time and the agent's version.
 With --accel auto, KVM is tried first where /dev/kvm opens; a KVM that does
 not boot within 6 s is stopped, remembered for this host boot, and TCG is
 used instead. If the VM runs already, this says so and changes nothing.
-With --data NAME=DIR, the VM gets a read-only copy of the host folder DIR
-as data folder NAME, brought up to date before each run that names it;
-a box sees it at /data/NAME, and only when its call asks for it.
+With --data NAME=DIR, the VM shares the host folder DIR itself, read-only,
+as data folder NAME (nothing is copied; before each run that names it the
+folder is walked, to count it and check it); a box sees it at /data/NAME,
+and only when its call asks for it.
+
+The VM gives freed memory back to the host: what a run allocated returns
+a few seconds after its box is removed (--keep-memory turns this off).
+--memory is a ceiling: the guest's memory, its warm boxes, a run's 512 MiB
+and the cache that fills the rest; pybox vm status shows how it is spent.
 
 With --foreground it stays until the VM is gone, for a service manager
 (`+"`pybox vm service`"+` writes the files): it tells systemd when the VM is up
@@ -120,6 +126,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	warm := fs.Int("warm", 1, "warm boxes: 1 keeps a box ready for each image, its python3 started and its preload imported; 0 starts every run cold")
 	var data dataFolders
 	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (`NAME=DIR`, repeatable); pybox mcp --data says which an agent may use")
+	keepMemory := fs.Bool("keep-memory", false, "do not give freed guest memory back to the host (the VM then holds all it ever touched until it stops)")
 	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
 	foreground := fs.Bool("foreground", false, "stay until the VM is gone, for a service manager (see above)")
 	if pos, code, err := parse(fs, args); err != nil {
@@ -134,7 +141,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	if *warm != 0 && *warm != 1 {
 		return usageError(fs, "--warm %d: give 1 (warm boxes) or 0 (every run cold)", *warm)
 	}
-	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, NoWarm: *warm == 0}
+	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, NoWarm: *warm == 0, KeepMemory: *keepMemory}
 	gf, err := guestfiles.Find(*kernel, *initramfs)
 	if err != nil {
 		return fail("%v", err)
@@ -418,6 +425,9 @@ func printStatus(w io.Writer, s *supervisor.Status) {
 			row("running", "nothing")
 		}
 	}
+	for _, line := range memoryRows(s) {
+		row(line[0], line[1])
+	}
 	for _, r := range st.Restarts {
 		row("restarted", fmt.Sprintf("%s: %s", r.At.Format(time.RFC3339), r.Reason))
 	}
@@ -431,6 +441,30 @@ func printStatus(w io.Writer, s *supervisor.Status) {
 	for _, d := range st.Data {
 		row("data folder", d.Name+": "+d.Folder+" (read-only)")
 	}
+}
+
+// memoryRows says where the VM's memory goes: what the host gives it, and
+// the guest's one budget (what it holds for itself and its warm boxes,
+// a run's limit, and the cache that fills the rest and gives way).
+func memoryRows(s *supervisor.Status) [][2]string {
+	var rows [][2]string
+	mib := func(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
+	st := s.State
+	if s.HostMemoryBytes > 0 {
+		rows = append(rows, [2]string{"host memory", fmt.Sprintf("%s of the VM's %d MiB (the VM process's resident set)", mib(s.HostMemoryBytes), st.MemoryMiB)})
+	}
+	if s.Guest == nil || s.Guest.Memory == nil {
+		return rows
+	}
+	m := s.Guest.Memory
+	rows = append(rows, [2]string{"guest memory", fmt.Sprintf("used %s (warm boxes %s), cache %s, free %s", mib(m.Used), mib(m.Warm), mib(m.Cache), mib(m.Free))})
+	base := max(0, m.Used-m.Warm)
+	left := m.Total - base - m.Warm - wire.DefaultMemoryBytes
+	budget := fmt.Sprintf("%s: %s the guest itself, %s warm boxes, %s a run, %s cache", mib(m.Total), mib(base), mib(m.Warm), mib(wire.DefaultMemoryBytes), mib(max(0, left)))
+	if left < 0 {
+		budget += fmt.Sprintf("; a run's %s does not fit: start the VM with more --memory", mib(wire.DefaultMemoryBytes))
+	}
+	return append(rows, [2]string{"budget", budget})
 }
 
 // stopLimit is how long a clean poweroff may take before QEMU is killed.

@@ -50,6 +50,15 @@ func Main() {
 	if err != nil {
 		fatal(log, fmt.Errorf("agent: read the kernel command line: %w", err))
 	}
+	if order, ok, err := boot.ParseReportOrder(string(cmdline)); err != nil {
+		log.Printf("agent: %v", err)
+	} else if ok {
+		if err := boot.ReportFreeMemory(order); err != nil {
+			log.Printf("agent: %v: freed memory stays with the VM", err)
+		} else {
+			log.Printf("agent: free memory in blocks of %d KiB and up goes back to the host", 4<<order)
+		}
+	}
 	accel := boot.ParseAccel(string(cmdline))
 	log.Printf("agent: the host says the CPU runs under %q", accel)
 	mounted := boot.MountImages(string(cmdline), log.Printf)

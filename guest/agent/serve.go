@@ -266,6 +266,14 @@ func (a *Agent) status() wire.AgentStatus {
 	if err := a.health(); err != nil {
 		st.Health = err.Error()
 	}
+	if a.cfg.Files != nil {
+		if m, err := readMemory(a.cfg.Files); err == nil {
+			for _, w := range st.Warm {
+				m.Warm += w.MemoryBytes
+			}
+			st.Memory = m
+		}
+	}
 	return st
 }
 

@@ -2,6 +2,7 @@ package boot
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"pybox/shared/wire"
@@ -40,6 +41,24 @@ func ParseAccel(cmdline string) string {
 		}
 	}
 	return accel
+}
+
+// ParseReportOrder reads pybox.report_order=N from the kernel command
+// line: the order (a block of 2^N pages) from which free memory is
+// reported to the host. ok is false when the host did not ask.
+func ParseReportOrder(cmdline string) (order int, ok bool, err error) {
+	for _, f := range strings.Fields(cmdline) {
+		v, found := strings.CutPrefix(f, "pybox.report_order=")
+		if !found {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 10 {
+			return 0, false, fmt.Errorf("boot: pybox.report_order=%q: want 0 to 10", v)
+		}
+		return n, true, nil
+	}
+	return 0, false, nil
 }
 
 // ParseImages reads the images the host attached from the kernel command

@@ -90,3 +90,25 @@ func TestParseAccel(t *testing.T) {
 		}
 	}
 }
+
+func TestParseReportOrder(t *testing.T) {
+	for _, c := range []struct {
+		cmdline string
+		order   int
+		ok, err bool
+	}{
+		{"console=ttyS0 pybox.report_order=5 panic=-1", 5, true, false},
+		{"pybox.report_order=0", 0, true, false},
+		{"pybox.report_order=10\n", 10, true, false},
+		{"console=ttyS0 panic=-1", 0, false, false}, // the host asked for nothing: keep memory
+		{"pybox.report_order=11", 0, false, true},
+		{"pybox.report_order=-1", 0, false, true},
+		{"pybox.report_order=", 0, false, true},
+		{"pybox.report_order=5k", 0, false, true},
+	} {
+		order, ok, err := ParseReportOrder(c.cmdline)
+		if order != c.order || ok != c.ok || (err != nil) != c.err {
+			t.Errorf("%q: got %d, %v, %v; want %d, %v, error %v", c.cmdline, order, ok, err, c.order, c.ok, c.err)
+		}
+	}
+}

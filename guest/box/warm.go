@@ -86,6 +86,17 @@ type warmBox struct {
 	discarded  bool          // under Box.mu: discard ran
 }
 
+// exists says whether the box was made (its cgroup may be read), without
+// waiting.
+func (wb *warmBox) exists() bool {
+	select {
+	case <-wb.made:
+		return wb.cg != nil
+	default:
+		return false
+	}
+}
+
 // pool is the Box's warm boxes, under Box.mu.
 type pool struct {
 	enabled  bool
@@ -356,7 +367,7 @@ var importLine = regexp.MustCompile(`(?m)^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ 
 // some other way (importlib, __import__) are not seen: such a program may
 // run in a cold box where a warm one would have done, and in a warm box a
 // preloaded module it reaches that way has lost what it set at import
-// (warnings filters; the README's one documented difference).
+// (warnings filters; the one documented difference, docs/how-it-works.md).
 func programImports(code string) []string {
 	var names []string
 	for _, m := range importLine.FindAllStringSubmatch(code, -1) {
@@ -691,6 +702,9 @@ func (b *Box) Warm() []wire.WarmBox {
 			w.State, w.ForMS, w.Importing = "warming", time.Since(wb.spawned).Milliseconds(), wb.importing
 		default:
 			w.State, w.ForMS, w.Preloaded = "ready", time.Since(wb.readyAt).Milliseconds(), slices.Clone(wb.preloaded)
+		}
+		if wb != nil && wb.exists() {
+			w.MemoryBytes, _ = wb.cg.read("memory.current")
 		}
 		out = append(out, w)
 	}

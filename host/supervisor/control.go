@@ -224,11 +224,14 @@ type Status struct {
 	UptimeS int64  `json:"uptime_s,omitempty"`
 	// Agent says whether the guest answered a ping just now, and
 	// Guest what it said it is doing.
-	Agent   string            `json:"agent,omitempty"`
-	PingMS  float64           `json:"ping_ms,omitempty"`
-	Guest   *wire.AgentStatus `json:"guest,omitempty"`
-	Cleaned []string          `json:"cleaned,omitempty"`
-	Note    string            `json:"note,omitempty"`
+	Agent  string            `json:"agent,omitempty"`
+	PingMS float64           `json:"ping_ms,omitempty"`
+	Guest  *wire.AgentStatus `json:"guest,omitempty"`
+	// HostMemoryBytes is what the VM process holds in the host's memory
+	// (QEMU's resident set); 0 where it is not measured (vz).
+	HostMemoryBytes int64    `json:"host_memory_bytes,omitempty"`
+	Cleaned         []string `json:"cleaned,omitempty"`
+	Note            string   `json:"note,omitempty"`
 }
 
 // stopped is the status of a VM whose supervisor's lock was free (held
@@ -282,6 +285,9 @@ func GetStatus(home string) (*Status, error) {
 	// tears it down; the supervisor, asked, already knows it is gone.
 	if s.Guest == nil && st.QEMUPid != 0 && !vm.Alive(st.QEMUPid, vm.PidFile(d.Dir)) {
 		return reapDead(d, st), nil
+	}
+	if st.QEMUPid != 0 {
+		s.HostMemoryBytes, _ = vm.HostMemory(st.QEMUPid)
 	}
 	return s, nil
 }

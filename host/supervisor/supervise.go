@@ -375,7 +375,7 @@ func (s *supervisor) serveVM(ctx context.Context, m *vm.Machine, r *Relay) error
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	wedged := make(chan error, 1)
-	go func() { wedged <- s.watch(wctx, r) }()
+	go func() { wedged <- s.watch(wctx, r, m) }()
 
 	select {
 	case <-m.Done():
@@ -437,11 +437,13 @@ const (
 )
 
 // watch pings the guest until ctx ends, keeping the state's health up to
-// date; it returns an error wrapping ErrWedged once missLimit pings in a
+// date, and steering the guest's memory where the VM has a balloon to
+// drive; it returns an error wrapping ErrWedged once missLimit pings in a
 // row went unanswered.
-func (s *supervisor) watch(ctx context.Context, r *Relay) error {
+func (s *supervisor) watch(ctx context.Context, r *Relay, m *vm.Machine) error {
 	t := time.NewTicker(pingEvery)
 	defer t.Stop()
+	mem := newBalloon(s.cfg.VM.MemoryMiB, time.Now())
 	misses, since := 0, time.Time{}
 	for {
 		select {
@@ -450,8 +452,11 @@ func (s *supervisor) watch(ctx context.Context, r *Relay) error {
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, pingLimit)
-		_, err := r.Ping(pctx)
+		st, err := r.Ping(pctx)
 		cancel()
+		if err == nil {
+			s.steer(mem, m, st)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"bytes"
+	"errors"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,4 +16,10 @@ func Alive(pid int, marker string) bool {
 	}
 	args, err := unix.SysctlRaw("kern.procargs2", pid)
 	return err == nil && bytes.Contains(args, []byte(marker))
+}
+
+// HostMemory is not measured on macOS: the VM's memory is held by
+// Virtualization.framework's own process, not by PyBox's.
+func HostMemory(pid int) (int64, error) {
+	return 0, errors.New("vm: the VM's host memory is not measured on macOS (see Activity Monitor's com.apple.Virtualization.VirtualMachine)")
 }

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 )
@@ -18,4 +19,23 @@ func Alive(pid int, marker string) bool {
 		return false
 	}
 	return bytes.Contains(cmdline, []byte(marker))
+}
+
+// HostMemory is what the VM process holds in the host's memory now (its
+// resident set, /proc/PID/status VmRSS), in bytes.
+func HostMemory(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range bytes.Lines(b) {
+		if rest, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
+			f := bytes.Fields(rest)
+			if len(f) == 2 && string(f[1]) == "kB" {
+				kb, err := strconv.ParseInt(string(f[0]), 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("vm: no VmRSS for process %d", pid)
 }

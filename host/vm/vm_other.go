@@ -26,3 +26,6 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) { return n
 func Alive(pid int, marker string) bool {
 	return pid > 0 && syscall.Kill(pid, 0) == nil
 }
+
+// HostMemory fails: there is no backend for this system.
+func HostMemory(pid int) (int64, error) { return 0, errUnsupported }

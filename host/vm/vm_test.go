@@ -22,13 +22,18 @@ func TestMachineForManyDevices(t *testing.T) {
 	}
 	sum := strings.Repeat("ab", 32)
 	images := []Image{{Name: "stdlib", Path: k, Digest: sum}, {Name: "data", Path: k, Digest: sum}}
-	c := Config{Kernel: k, Initramfs: k, Images: images, Data: data[:4]}
+	// The random source, the channel and the balloon take 3 of 8.
+	c := Config{Kernel: k, Initramfs: k, Images: images, Data: data[:3]}
 	if err := c.Check(); err != nil || c.Machine != MachineMicrovm {
+		t.Errorf("2 images and 3 folders: machine %q, %v", c.Machine, err)
+	}
+	c = Config{Kernel: k, Initramfs: k, Images: images, Data: data[:4]}
+	if err := c.Check(); err != nil || c.Machine != MachinePC {
 		t.Errorf("2 images and 4 folders: machine %q, %v", c.Machine, err)
 	}
-	c = Config{Kernel: k, Initramfs: k, Images: images, Data: data}
-	if err := c.Check(); err != nil || c.Machine != MachinePC {
-		t.Errorf("2 images and 5 folders: machine %q, %v", c.Machine, err)
+	c = Config{Kernel: k, Initramfs: k, Images: images, Data: data[:4], KeepMemory: true}
+	if err := c.Check(); err != nil || c.Machine != MachineMicrovm {
+		t.Errorf("2 images and 4 folders, no balloon: machine %q, %v", c.Machine, err)
 	}
 	c = Config{Kernel: k, Initramfs: k, Images: images, Data: data, Machine: MachineMicrovm}
 	if err := c.Check(); err == nil || !strings.Contains(err.Error(), "--machine pc") {

@@ -17,8 +17,8 @@ import (
 )
 
 // NOTE: nothing in this file has run on a Mac yet. It is type-checked
-// against vz v3.7.1 from Linux (darwin_typecheck_test.go); see the
-// README's macOS section for what that does and does not prove.
+// against vz v3.7.1 from Linux (darwin_typecheck_test.go); see
+// docs/macos.md for what that does and does not prove.
 
 // accelVZ is the one accelerator on macOS: Apple's hypervisor through
 // Virtualization.framework.
@@ -93,6 +93,9 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 		Sandbox: "Virtualization.framework's own process"}
 	sock := socks[0]
 	m.dial = func(ctx context.Context) (net.Conn, error) { return dialVsock(ctx, m, sock) }
+	if !cfg.KeepMemory {
+		m.balloon = vzBalloon(machine)
+	}
 	// Stop pulls the plug (macOS 12 and later); the state watcher then
 	// sees the VM stopped.
 	m.kill = machine.Stop
@@ -234,14 +237,10 @@ func setVZEntropy(c *vz.VirtualMachineConfiguration, _ Config, _ *vzConsole) err
 	return nil
 }
 
-// setVZBalloon adds the traditional virtio balloon. Memory the guest once
-// touched is otherwise never returned to macOS (this balloon has no free
-// page reporting). To return it, the supervisor would, while the VM is
-// idle, take machine.MemoryBalloonDevices()[0], convert it with
-// vz.AsVirtioTraditionalMemoryBalloonDevice, call
-// SetTargetVirtualMachineMemorySize with less than MemoryMiB<<20, and
-// set it back to MemoryMiB<<20 before the next run. Machine has no call
-// for that yet.
+// setVZBalloon adds the traditional virtio balloon. This balloon has no
+// free page reporting: memory the guest once touched goes back to macOS
+// only when the supervisor lowers the balloon's target (Machine's
+// SetMemoryTarget, see vzBalloon).
 func setVZBalloon(c *vz.VirtualMachineConfiguration, _ Config, _ *vzConsole) error {
 	dev, err := vz.NewVirtioTraditionalMemoryBalloonDeviceConfiguration()
 	if err != nil {
@@ -251,11 +250,26 @@ func setVZBalloon(c *vz.VirtualMachineConfiguration, _ Config, _ *vzConsole) err
 	return nil
 }
 
+// vzBalloon is Machine's balloon on vz: it sets the traditional balloon's
+// target, which the guest's balloon driver then meets by giving pages
+// back (or taking them again).
+func vzBalloon(machine *vz.VirtualMachine) func(int64) {
+	devs := machine.MemoryBalloonDevices()
+	if len(devs) != 1 {
+		return nil
+	}
+	dev := vz.AsVirtioTraditionalMemoryBalloonDevice(devs[0])
+	if dev == nil {
+		return nil
+	}
+	return func(bytes int64) { dev.SetTargetVirtualMachineMemorySize(uint64(bytes)) }
+}
+
 // entitlementHint says what to do when Virtualization.framework refuses a
 // binary that is not signed with its entitlement.
 func entitlementHint(err error) string {
 	if err != nil && strings.Contains(err.Error(), "entitlement") {
-		return " (sign pybox with the com.apple.security.virtualization entitlement: `make sign`, see the README's macOS section)"
+		return " (sign pybox with the com.apple.security.virtualization entitlement: `make sign`, see docs/macos.md)"
 	}
 	return ""
 }

@@ -7,7 +7,7 @@ import (
 
 // ProtocolVersion is checked in the hello handshake; a peer that speaks
 // another version is refused.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // Message types. Every request the host sends carries an ID; the guest's
 // answer carries the same ID. A run is answered once, by its receipt (or by
@@ -69,6 +69,23 @@ type AgentStatus struct {
 	Run *RunProgress `json:"run,omitempty"`
 	// Warm says how each image's warm box is.
 	Warm []WarmBox `json:"warm,omitempty"`
+	// Memory is the guest's memory as its kernel counts it.
+	Memory *GuestMemory `json:"memory,omitempty"`
+}
+
+// GuestMemory is the guest's memory, in bytes, from its kernel's count
+// (/proc/meminfo): Total = Used + Cache + Free.
+type GuestMemory struct {
+	Total int64 `json:"total"`
+	// Used is what the kernel and processes hold, files kept in memory
+	// only (the initramfs, tmpfs) included.
+	Used int64 `json:"used"`
+	// Cache is the page cache the kernel may drop (image and data files
+	// read).
+	Cache int64 `json:"cache"`
+	Free  int64 `json:"free"`
+	// Warm is what the warm boxes hold, a part of Used and Cache.
+	Warm int64 `json:"warm"`
 }
 
 // WarmBox is how an image's warm box is: "warming" (for ForMS, importing
@@ -81,6 +98,8 @@ type WarmBox struct {
 	Importing string   `json:"importing,omitempty"`
 	Preloaded []string `json:"preloaded,omitempty"`
 	Reason    string   `json:"reason,omitempty"`
+	// MemoryBytes is what the box holds now (its cgroup's count).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // RunProgress is where the run in progress is.
