@@ -622,7 +622,7 @@ func benchPaths(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv, m *mcpSess
 	clientRun := func(code string) (float64, *wire.Receipt) {
 		run := &wire.Run{RunID: newRunID(), Code: code, Image: "stdlib", TimeoutSeconds: 10, MaxOutputBytes: 4096}
 		t0 := time.Now()
-		res, err := c.Run(ctx, run)
+		res, err := c.Run(ctx, mustCheck(b, run))
 		d := msSince(t0)
 		if err != nil || res.Receipt.Status != wire.StatusOK {
 			b.Fatalf("run %q: %v %+v", code, err, res)
@@ -736,7 +736,7 @@ func benchBare(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv) {
 	}
 	defer c.Close()
 	run := &wire.Run{RunID: newRunID(), Code: fmt.Sprintf(bareInBox, k.Runs), Image: "stdlib", TimeoutSeconds: 30, MaxOutputBytes: 4096}
-	res, err := c.Run(context.Background(), run)
+	res, err := c.Run(context.Background(), mustCheck(b, run))
 	if err != nil || res.Receipt.Status != wire.StatusOK {
 		b.Fatalf("bare python3 in the box: %v %+v", err, res)
 	}

@@ -665,3 +665,14 @@ func userImage(name string) (dir, missing string, err error) {
 	}
 	return dir, "", nil
 }
+
+// mustCheck is r checked for the client, failing the test when it breaks
+// a rule.
+func mustCheck(t testing.TB, r *wire.Run) *client.Checked {
+	t.Helper()
+	c, err := client.CheckRun(r)
+	if err != nil {
+		t.Fatalf("run %s: %v", r.RunID, err)
+	}
+	return c
+}

@@ -1147,7 +1147,7 @@ func BenchmarkRunClient(b *testing.B) {
 		}
 		defer c.Close()
 		r := &wire.Run{RunID: newRunID(), Code: "print(1)", Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
-		if res, err := c.Run(context.Background(), r); err != nil || res.Receipt.Status != wire.StatusOK {
+		if res, err := c.Run(context.Background(), mustCheck(b, r)); err != nil || res.Receipt.Status != wire.StatusOK {
 			b.Fatalf("%v %+v", err, res)
 		}
 	})

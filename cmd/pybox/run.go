@@ -36,6 +36,7 @@ func (f *inputFiles) Set(v string) error { *f = append(*f, v); return nil }
 // runArgs is a parsed `pybox run` command line.
 type runArgs struct {
 	run      wire.Run
+	checked  *client.Checked // run, checked: what is sent
 	out      string
 	dotfiles bool // --out-dotfiles: write returned names that start with a dot
 	asJSON   bool
@@ -70,7 +71,7 @@ func runMain(args []string) int {
 		out = outdir.New(ra.out, ra.run.RunID, outdir.Options{Dotfiles: ra.dotfiles})
 		take = out.Chunk
 	}
-	res, err := c.RunDeliver(ctx, &ra.run, take)
+	res, err := c.RunDeliver(ctx, ra.checked, take)
 	if err != nil && out != nil {
 		out.Abort()
 	}
@@ -139,9 +140,11 @@ it.`)
 		}
 		ra.run.Files = append(ra.run.Files, wire.InputFile{Name: filepath.Base(p), Content: b})
 	}
-	if err := ra.run.Check(); err != nil {
+	checked, err := client.CheckRun(&ra.run)
+	if err != nil {
 		return nil, usageError(fs, "%v", err), false
 	}
+	ra.checked = checked
 	return ra, exitOK, true
 }
 

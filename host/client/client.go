@@ -218,18 +218,34 @@ func (c *Client) Cancel(ctx context.Context, runID string) error {
 // Every error is a *wire.Error whose Cleanup says what is known of the
 // box: NOT_ATTEMPTED when the request never reached the guest (or was
 // refused), UNKNOWN when contact was lost mid-run or no receipt came.
-func (c *Client) Run(ctx context.Context, r *wire.Run) (*wire.Result, error) {
+func (c *Client) Run(ctx context.Context, r *Checked) (*wire.Result, error) {
 	return c.RunDeliver(ctx, r, nil)
 }
+
+// Checked is a run that passed the product's rules (wire.Run.Check).
+// Only CheckRun makes one, and the client sends nothing else: the host
+// checks a run once, where it is made (the MCP server for a tool call,
+// `pybox run` on the command line), and every hop after that trusts it.
+type Checked struct{ r wire.Run }
+
+// CheckRun checks r and keeps a copy of it, or says which rule it broke.
+func CheckRun(r *wire.Run) (*Checked, error) {
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
+	return &Checked{r: *r}, nil
+}
+
+// Run is a copy of the checked run.
+func (c *Checked) Run() wire.Run { return c.r }
 
 // RunDeliver is Run for a run that asks for its output streamed whole
 // (r.Deliver): each part of a file goes to output, in order, before Run
 // returns. Nothing here checks the parts: the caller holds them against
 // the receipt's Output.Delivered.
-func (c *Client) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error) {
-	if err := r.Check(); err != nil {
-		return nil, runError(wire.ErrBadRequest, err.Error(), wire.CleanupNotAttempted)
-	}
+func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*wire.OutputChunk)) (*wire.Result, error) {
+	run := checked.Run()
+	r := &run
 	limit := deadlineFor(r)
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()

@@ -122,8 +122,19 @@ func serveWith(t *testing.T, hello wire.Hello, prepare func(*wire.Run) ([]wire.D
 	return home
 }
 
-func testRun(id, code string) *wire.Run {
+func testWire(id, code string) *wire.Run {
 	return &wire.Run{RunID: id, Code: code, Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
+}
+
+func testRun(id, code string) *client.Checked { return checked(testWire(id, code)) }
+
+// checked is r checked; the tests' runs keep the rules.
+func checked(r *wire.Run) *client.Checked {
+	c, err := client.CheckRun(r)
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 func TestNoVM(t *testing.T) {
@@ -203,9 +214,9 @@ func TestRunDataFromHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	run := testRun("r1", "lie")
+	run := testWire("r1", "lie")
 	run.Data = []wire.DataFolder{{Name: "sales"}}
-	res, err := c.Run(context.Background(), run)
+	res, err := c.Run(context.Background(), checked(run))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,17 +225,21 @@ func TestRunDataFromHost(t *testing.T) {
 	}
 }
 
-func TestRunRefusedBeforeSending(t *testing.T) {
-	home := serve(t)
-	c, err := client.Dial(home)
+// A run that breaks a rule cannot be made into one the client sends.
+func TestCheckRunRefuses(t *testing.T) {
+	for _, bad := range []*wire.Run{testWire("bad id!", "x"), testWire("r1", "a\x00b")} {
+		if c, err := client.CheckRun(bad); err == nil || c != nil {
+			t.Errorf("CheckRun(%+v) = %v, %v", bad, c, err)
+		}
+	}
+	r := testWire("r1", "print(1)")
+	c, err := client.CheckRun(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	_, err = c.Run(context.Background(), testRun("bad id!", "x"))
-	var we *wire.Error
-	if !errors.As(err, &we) || we.Code != wire.ErrBadRequest || we.Cleanup.Status != wire.CleanupNotAttempted {
-		t.Fatalf("Run = %v", err)
+	r.Code = "changed after the check"
+	if c.Run().Code != "print(1)" {
+		t.Errorf("the checked run changed with the caller's: %q", c.Run().Code)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/client"
 	"pybox/shared/wire"
 )
 
@@ -71,7 +72,9 @@ type fakeConn struct{ v *fakeVM }
 
 func (c fakeConn) Close() error { return nil }
 
-func (c fakeConn) RunDeliver(ctx context.Context, r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error) {
+func (c fakeConn) RunDeliver(ctx context.Context, checked *client.Checked, output func(*wire.OutputChunk)) (*wire.Result, error) {
+	run := checked.Run()
+	r := &run
 	v := c.v
 	v.mu.Lock()
 	v.runs = append(v.runs, r)

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 
+	"pybox/host/client"
 	"pybox/shared/wire"
 )
 
@@ -17,7 +18,7 @@ type Runner interface {
 	// transport error when contact was lost. A run that asks for delivery
 	// (r.Deliver) has its output files' parts passed to output, in order,
 	// before RunDeliver returns.
-	RunDeliver(ctx context.Context, r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error)
+	RunDeliver(ctx context.Context, r *client.Checked, output func(*wire.OutputChunk)) (*wire.Result, error)
 	Close() error
 }
 

@@ -14,6 +14,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/client"
 	"pybox/host/outdir"
 	"pybox/host/version"
 	"pybox/shared/wire"
@@ -129,7 +130,19 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	}
 	defer release()
 	run.RunID = newRunID()
-	if err := run.Check(); err != nil {
+	if len(run.Data) > 0 {
+		run.MaxDataBytes = s.opts.MaxDataBytes
+	}
+	var room int64
+	if s.opts.OutputDir != "" {
+		if room, err = s.outputRoom(); err != nil {
+			return refused(codeOutputFull, err.Error()+". Nothing ran.")
+		}
+		run.Deliver = &wire.Deliver{MaxBytes: room}
+	}
+	// The one check of the run on the host: what the client sends.
+	checked, err := client.CheckRun(run)
+	if err != nil {
 		return refused(codeInvalidArguments, "arguments refused: "+err.Error()+". Nothing ran.")
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -156,21 +169,13 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 		return refused(code, msg+". Nothing ran.")
 	}
 	defer vm.Close()
-	if len(run.Data) > 0 {
-		run.MaxDataBytes = s.opts.MaxDataBytes
-	}
 	var out *outdir.Dir
 	var take func(*wire.OutputChunk)
 	if s.opts.OutputDir != "" {
-		room, err := s.outputRoom()
-		if err != nil {
-			return refused(codeOutputFull, err.Error()+". Nothing ran.")
-		}
-		run.Deliver = &wire.Deliver{MaxBytes: room}
 		out = outdir.New(s.opts.OutputDir, run.RunID, outdir.Options{Dotfiles: s.opts.OutputDotfiles, MaxBytes: room})
 		take = out.Chunk
 	}
-	res, err := vm.RunDeliver(ctx, run, take)
+	res, err := vm.RunDeliver(ctx, checked, take)
 	o := s.judge(run, res, err)
 	if out != nil {
 		o.Saved = saveOutput(out, o.Result)

@@ -98,7 +98,11 @@ func newPending(c *peer, m *wire.Message) *pending {
 	p := &pending{c: c, id: m.ID, typ: m.Type, expires: time.Now().Add(requestLimit)}
 	if m.Run != nil {
 		p.runID = m.Run.RunID
-		p.expires = time.Now().Add(m.Run.HostDeadline())
+		// The guest checks the run; its expiry here is bounded whatever
+		// the timeout it asks for.
+		bounded := *m.Run
+		bounded.TimeoutSeconds = min(max(bounded.TimeoutSeconds, 0), wire.MaxTimeoutSeconds)
+		p.expires = time.Now().Add(bounded.HostDeadline())
 		p.deliver = m.Run.Deliver != nil
 	}
 	return p
@@ -465,12 +469,9 @@ func (r *Relay) request(c *peer, m *wire.Message) bool {
 	case !c.helloDone:
 		reply(wire.ErrProtocol, "say hello first", nil)
 		return false
-	case m.Type == wire.TypeRun:
-		if err := m.Run.Check(); err != nil {
-			reply(wire.ErrBadRequest, err.Error(), &wire.Cleanup{Status: wire.CleanupNotAttempted})
-			return true
-		}
 	}
+	// A run is not checked here: the client sends only runs checked where
+	// they were made, and the guest checks each before its box is made.
 	r.forward(c, m)
 	return true
 }

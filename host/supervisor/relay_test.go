@@ -161,17 +161,26 @@ func TestWrongProtocolRefused(t *testing.T) {
 	expectClosed(t, c)
 }
 
-func TestBadRunNotForwarded(t *testing.T) {
+// The relay does not check runs (the client sends only checked ones, and
+// the guest checks each): a run breaking a rule goes to the guest, whose
+// refusal comes back to the client, and the connection stays usable.
+func TestRunCheckedByTheGuestNotTheRelay(t *testing.T) {
 	h := newHarness(t)
 	c := h.connect()
 	h.hello(c)
 	bad := testRun("../x")
+	bad.TimeoutSeconds = 1e9 // the relay's own expiry stays bounded
 	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 4, Run: bad})
-	m := recv(t, c)
-	if m.Type != wire.TypeError || m.Error.Code != wire.ErrBadRequest || m.Error.Cleanup.Status != wire.CleanupNotAttempted {
-		t.Fatalf("got %+v, want bad_request with cleanup NOT_ATTEMPTED", m)
+	g := recv(t, h.guest)
+	if g.Type != wire.TypeRun || g.Run.RunID != "../x" {
+		t.Fatalf("the guest got %+v", g)
 	}
-	// The connection stays usable, and the guest saw nothing but this ping.
+	send(t, h.guest, &wire.Message{Type: wire.TypeError, ID: g.ID, Error: &wire.Error{Code: wire.ErrBadRequest, Message: "run_id: bad",
+		Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted}}})
+	m := recv(t, c)
+	if m.Type != wire.TypeError || m.ID != 4 || m.Error.Code != wire.ErrBadRequest || m.Error.Cleanup.Status != wire.CleanupNotAttempted {
+		t.Fatalf("got %+v, want the guest's bad_request with cleanup NOT_ATTEMPTED", m)
+	}
 	send(t, c, &wire.Message{Type: wire.TypePing, ID: 5})
 	if g := recv(t, h.guest); g.Type != wire.TypePing {
 		t.Fatalf("the guest got %+v", g)
