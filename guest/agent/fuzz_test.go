@@ -32,20 +32,27 @@ type stream struct{ io.Reader }
 func (stream) Write(p []byte) (int, error) { return len(p), nil }
 func (stream) Close() error                { return nil }
 
-func frames(msgs ...string) []byte {
+func frames(msgs ...*wire.Message) []byte {
 	var b bytes.Buffer
 	for _, m := range msgs {
-		frame.Write(&b, []byte(m))
+		p, err := wire.Encode(m)
+		if err != nil {
+			panic(err)
+		}
+		frame.Write(&b, p)
 	}
 	return b.Bytes()
 }
 
 // Whatever the host sends, serving it ends without a panic.
 func FuzzServe(f *testing.F) {
-	f.Add(frames(`{"type":"hello","id":1,"hello":{"protocol":1}}`, `{"type":"ping","id":2}`))
-	f.Add(frames(`{"type":"hello","id":1,"hello":{"protocol":1}}`,
-		`{"type":"run","id":2,"run":{"run_id":"a","code":"1","image":"stdlib","timeout_s":1,"max_output_bytes":10,"return_files":false}}`,
-		`{"type":"cancel","id":3,"cancel":{"run_id":"a"}}`, `{"type":"shutdown","id":4}`))
+	hello := &wire.Message{Type: wire.TypeHello, ID: 1, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}}
+	f.Add(frames(hello, &wire.Message{Type: wire.TypePing, ID: 2}))
+	f.Add(frames(hello,
+		&wire.Message{Type: wire.TypeRun, ID: 2, Run: &wire.Run{RunID: "a", Code: "1", Image: "stdlib", TimeoutSeconds: 1, MaxOutputBytes: 10}},
+		&wire.Message{Type: wire.TypeCancel, ID: 3, Cancel: &wire.Cancel{RunID: "a"}}, &wire.Message{Type: wire.TypeShutdown, ID: 4}))
+	old := []byte(`{"type":"hello","id":1,"hello":{"protocol":2}}`)
+	f.Add(append([]byte{0, 0, 0, byte(len(old))}, old...))
 	f.Add([]byte{0, 0, 0, 3, '{', '}', '['})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, in []byte) {

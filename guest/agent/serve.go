@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +46,10 @@ func (a *Agent) Serve(rwc io.ReadWriteCloser) error {
 			return err
 		}
 		m, err := wire.Decode(p)
+		if errors.Is(err, wire.ErrLegacy) {
+			a.refuseLegacy(c, p)
+			continue
+		}
 		if err != nil {
 			c.sendError(idOf(p), wire.ErrProtocol, err.Error())
 			continue
@@ -74,6 +77,20 @@ func (a *Agent) Serve(rwc io.ReadWriteCloser) error {
 			c.sendError(m.ID, wire.ErrProtocol, fmt.Sprintf("a host does not send %q messages", m.Type))
 		}
 	}
+}
+
+// refuseLegacy answers a host from an older pybox, in its own framing,
+// so that it can say which side to rebuild.
+func (a *Agent) refuseLegacy(c *conn, p []byte) {
+	old, ok := wire.LegacyHello(p)
+	if !ok || old.Type != wire.TypeHello {
+		a.logf("agent: %s: a frame in an older framing that is no hello: ignored", c)
+		return
+	}
+	a.logf("agent: %s: hello from a host of protocol %d: refused", c, old.Hello.Protocol)
+	c.sendPayload(wire.EncodeLegacyRefusal(old.ID, fmt.Sprintf(
+		"the host speaks protocol %d and this agent speaks %d: use a pybox and a guest from the same release (rebuild with `make`, or install both from one bundle)",
+		old.Hello.Protocol, wire.ProtocolVersion)), wire.TypeError, old.ID)
 }
 
 // handleHello answers a hello; it may come again at any time (a new host
@@ -389,11 +406,8 @@ func (a *Agent) closed(c *conn) {
 // idOf finds the id of a message that did not decode, so that the error
 // goes back with it when it can.
 func idOf(p []byte) uint64 {
-	var m struct {
-		ID uint64 `json:"id"`
-	}
-	json.Unmarshal(p, &m)
-	return m.ID
+	_, id, _ := wire.Peek(p)
+	return id
 }
 
 func nameOf(rwc io.ReadWriteCloser) string {
@@ -443,25 +457,30 @@ func (c *conn) send(m *wire.Message) error {
 		c.logf("agent: %s: encode %s: %v", c, m.Type, err)
 		return err
 	}
+	return c.sendPayload(p, m.Type, m.ID)
+}
+
+// sendPayload writes one encoded message, of type typ and ID id.
+func (c *conn) sendPayload(p []byte, typ string, id uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed.Load() {
-		c.logf("agent: %s: %s %d not sent: the connection is closed", c, m.Type, m.ID)
+		c.logf("agent: %s: %s %d not sent: the connection is closed", c, typ, id)
 		return io.ErrClosedPipe
 	}
 	d, canDeadline := c.rwc.(interface{ SetWriteDeadline(time.Time) error })
 	if canDeadline {
 		d.SetWriteDeadline(time.Now().Add(c.timeout))
 	}
-	err = frame.Write(c.rwc, p)
+	err := frame.Write(c.rwc, p)
 	if canDeadline {
 		d.SetWriteDeadline(time.Time{})
 	}
 	if err != nil && !errors.Is(err, frame.ErrTooLarge) {
-		c.logf("agent: %s: dropped: writing %s: %v", c, m.Type, err)
+		c.logf("agent: %s: dropped: writing %s: %v", c, typ, err)
 		c.close()
 	} else if err != nil {
-		c.logf("agent: %s: %s %d not sent: %v", c, m.Type, m.ID, err)
+		c.logf("agent: %s: %s %d not sent: %v", c, typ, id, err)
 	}
 	return err
 }

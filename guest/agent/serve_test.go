@@ -202,17 +202,37 @@ func TestHelloFirst(t *testing.T) {
 	h.expect(id, wire.TypePong)
 }
 
+// A host from an older pybox, which frames its hello as plain JSON, is
+// refused in its own framing, with what to do; a hello in the current
+// framing then works.
+func TestOlderHostIsToldToRebuild(t *testing.T) {
+	h := connect(t, newAgent(t, newFakeRunner(), nil))
+	h.sendRaw([]byte(`{"type":"hello","id":7,"hello":{"protocol":2}}`))
+	h.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	p, err := frame.Read(h.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := wire.LegacyHello(p)
+	if !ok || m.Type != wire.TypeError || m.ID != 7 || m.Error.Code != wire.ErrProtocol || !strings.Contains(m.Error.Message, "protocol 2") || !strings.Contains(m.Error.Message, "rebuild") {
+		t.Fatalf("the refusal %q", p)
+	}
+	h.hello()
+}
+
 func TestGarbageIsRefusedAndServingGoesOn(t *testing.T) {
 	h := connect(t, newAgent(t, newFakeRunner(), nil))
 	h.hello()
-	h.sendRaw([]byte("this is not JSON"))
+	h.sendRaw([]byte("this is no frame"))
 	h.expectError(0, wire.ErrProtocol)
-	h.sendRaw([]byte(`{"type":"ping","id":41,"shell":true}`)) // unknown field
+	h.sendRaw(wire.EncodeRaw(wire.TypeCancel, 41, []byte(`{"run_id":"a","shell":true}`))) // unknown field
 	h.expectError(41, wire.ErrProtocol)
-	h.sendRaw([]byte(`{"type":"run","id":42}`)) // run without its body
+	h.sendRaw(wire.EncodeRaw(wire.TypeRun, 42, nil)) // run without its body
 	h.expectError(42, wire.ErrProtocol)
-	h.sendRaw([]byte(`{"type":"pong","id":43}`)) // not a host's message
+	h.sendRaw(wire.EncodeRaw(wire.TypePong, 43, nil)) // not a host's message
 	h.expectError(43, wire.ErrProtocol)
+	h.sendRaw(wire.EncodeRaw("launch", 44, nil)) // no such kind
+	h.expectError(0, wire.ErrProtocol)
 	id := h.send(&wire.Message{Type: wire.TypePing})
 	h.expect(id, wire.TypePong)
 }

@@ -40,8 +40,9 @@ type Client struct {
 	mu      sync.Mutex
 	nextID  uint64
 	waiting map[uint64]chan *wire.Message
-	outputs map[uint64]func(*wire.OutputChunk) // runs that asked for delivery
-	err     error                              // why the connection ended
+	outputs map[uint64]delivery        // runs that asked for delivery
+	facts   map[uint64]*wire.HostFacts // the host's record of a run's data folders, until its receipt
+	err     error                      // why the connection ended
 	done    chan struct{}
 }
 
@@ -111,8 +112,8 @@ func checkPeer(nc net.Conn) error {
 func New(ctx context.Context, nc net.Conn) (*Client, error) { return handshake(ctx, nc) }
 
 func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
-	c := &Client{nc: nc, waiting: map[uint64]chan *wire.Message{}, outputs: map[uint64]func(*wire.OutputChunk){},
-		done: make(chan struct{})}
+	c := &Client{nc: nc, waiting: map[uint64]chan *wire.Message{}, outputs: map[uint64]delivery{},
+		facts: map[uint64]*wire.HostFacts{}, done: make(chan struct{})}
 	go c.read()
 	m, err := c.call(ctx, &wire.Message{Type: wire.TypeHello, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}})
 	if err == nil && m.Type != wire.TypeHello {
@@ -249,7 +250,11 @@ func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*
 	limit := deadlineFor(r)
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
-	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, output)
+	var d *delivery
+	if output != nil {
+		d = &delivery{runID: r.RunID, take: output}
+	}
+	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, d)
 	if err != nil {
 		return nil, runError(wire.ErrNoVM, "sending the run: "+err.Error(), wire.CleanupNotAttempted)
 	}
@@ -283,7 +288,15 @@ func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*
 	case m.Type != wire.TypeReceipt:
 		return nil, runError(wire.ErrProtocol, "run answered with "+m.Type, wire.CleanupUnknown)
 	case m.Result.Receipt.RunID != r.RunID:
-		return nil, runError(wire.ErrProtocol, "the receipt is for run "+m.Result.Receipt.RunID, wire.CleanupUnknown)
+		return nil, runError(wire.ErrProtocol, "the guest answered with the receipt of another run ("+wire.EscapeName(m.Result.Receipt.RunID)+")", wire.CleanupUnknown)
+	}
+	// What the run saw of its data folders is the host's record, sent by
+	// the supervisor before the receipt: the guest was told their names
+	// only, and what it says of them proves nothing. A run that named
+	// none has none, whatever the guest claims.
+	m.Result.Receipt.Data = nil
+	if f := c.takeFacts(id); f != nil {
+		m.Result.Receipt.Data = f.Data
 	}
 	return m.Result, nil
 }
@@ -347,8 +360,14 @@ func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
 	return c.sendWith(m, nil)
 }
 
-// sendWith is send for a run whose output parts go to output.
-func (c *Client) sendWith(m *wire.Message, output func(*wire.OutputChunk)) (uint64, chan *wire.Message, error) {
+// delivery is where a run's output parts go, and the run they must be of.
+type delivery struct {
+	runID string
+	take  func(*wire.OutputChunk)
+}
+
+// sendWith is send for a run whose output parts go to d.
+func (c *Client) sendWith(m *wire.Message, d *delivery) (uint64, chan *wire.Message, error) {
 	ch := make(chan *wire.Message, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -359,8 +378,8 @@ func (c *Client) sendWith(m *wire.Message, output func(*wire.OutputChunk)) (uint
 	c.nextID++
 	id := c.nextID
 	c.waiting[id] = ch
-	if output != nil {
-		c.outputs[id] = output
+	if d != nil {
+		c.outputs[id] = *d
 	}
 	c.mu.Unlock()
 	m.ID = id
@@ -384,10 +403,22 @@ func (c *Client) forget(id uint64) {
 	c.mu.Lock()
 	delete(c.waiting, id)
 	delete(c.outputs, id)
+	delete(c.facts, id)
 	c.mu.Unlock()
 }
 
-// read hands each answer to its caller until the connection ends.
+// takeFacts is the host's record for request id, once.
+func (c *Client) takeFacts(id uint64) *wire.HostFacts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.facts[id]
+	delete(c.facts, id)
+	return f
+}
+
+// read hands each answer to its caller until the connection ends. Every
+// frame is decoded strictly here, once: what the guest sent comes through
+// the supervisor as it was, and this is where the host distrusts it.
 func (c *Client) read() {
 	var err error
 	for {
@@ -396,17 +427,39 @@ func (c *Client) read() {
 			break
 		}
 		var m *wire.Message
-		if m, err = wire.Decode(p); err != nil {
+		m, err = wire.Decode(p)
+		if errors.Is(err, wire.ErrLegacy) {
+			err = legacySupervisor(p)
 			break
 		}
-		if m.Type == wire.TypeOutput {
-			// Part of a run's output: the run goes on.
-			c.mu.Lock()
-			output := c.outputs[m.ID]
-			c.mu.Unlock()
-			if output != nil {
-				output(m.Output)
+		if err != nil {
+			// An answer whose body cannot be read fails its request, not
+			// the connection: the header said whose it is.
+			_, id, perr := wire.Peek(p)
+			if perr != nil {
+				break
 			}
+			m = &wire.Message{Type: wire.TypeError, ID: id, Error: &wire.Error{Code: wire.ErrProtocol,
+				Message: "the answer could not be read: " + err.Error(), Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}}}
+			err = nil
+		}
+		switch m.Type {
+		case wire.TypeOutput:
+			// Part of a run's output: the run goes on. Parts of another
+			// run than the one asked are not passed on.
+			c.mu.Lock()
+			d, ok := c.outputs[m.ID]
+			c.mu.Unlock()
+			if ok && m.Output.RunID == d.runID {
+				d.take(m.Output)
+			}
+			continue
+		case wire.TypeFacts:
+			c.mu.Lock()
+			if c.waiting[m.ID] != nil {
+				c.facts[m.ID] = m.Facts
+			}
+			c.mu.Unlock()
 			continue
 		}
 		c.mu.Lock()
@@ -427,6 +480,17 @@ func (c *Client) read() {
 	c.mu.Unlock()
 	c.nc.Close()
 	close(c.done)
+}
+
+// legacySupervisor is why a supervisor that frames as before protocol 3
+// cannot be spoken to.
+func legacySupervisor(p []byte) error {
+	said := ""
+	if m, ok := wire.LegacyHello(p); ok && m.Error != nil {
+		said = " (it said: " + wire.EscapeName(m.Error.Message) + ")"
+	}
+	return &wire.Error{Code: wire.ErrProtocol, Message: fmt.Sprintf(
+		"the supervisor speaks an older protocol than this pybox's %d%s", wire.ProtocolVersion, said)}
 }
 
 func (c *Client) cause() error {

@@ -61,10 +61,17 @@ func fakeGuest(t *testing.T, conn net.Conn) {
 				continue
 			}
 			rc := receipt(m.ID, m.Run.RunID, wire.StatusOK)
-			if m.Run.Code == "lie" {
-				for _, d := range m.Run.Data {
-					rc.Result.Receipt.Data = append(rc.Result.Receipt.Data, wire.DataFolder{Name: d.Name, HostPath: "/", Bytes: 1 << 40})
-				}
+			switch m.Run.Code {
+			case "lie":
+				rc.Result.Receipt.Data = []wire.DataFolder{{Name: "sales", HostPath: "/", Bytes: 1 << 40}}
+			case "other":
+				rc.Result.Receipt.RunID = "someone-else"
+			case "garbled":
+				// A receipt whose body no decoder takes.
+				wmu.Lock()
+				frame.Write(conn, wire.EncodeRaw(wire.TypeReceipt, m.ID, []byte(`{"receipt":{"status":1}}`)))
+				wmu.Unlock()
+				continue
 			}
 			write(rc)
 		case wire.TypeCancel:
@@ -222,6 +229,30 @@ func TestRunDataFromHost(t *testing.T) {
 	}
 	if got := res.Receipt.Data; len(got) != 1 || got[0].HostPath != "/home/u/sales" || got[0].Bytes != 11 || got[0].Files != 2 {
 		t.Fatalf("receipt data %+v, want the host's %+v", got, host)
+	}
+}
+
+// The host distrusts the guest in one place, the client: a receipt for
+// another run, or one that cannot be read, fails that run with cleanup
+// UNKNOWN and nothing else; a receipt's data folders are the host's
+// record, and a run that named none has none whatever the guest claims.
+func TestClientDistrustsTheGuest(t *testing.T) {
+	home := serve(t)
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, code := range []string{"other", "garbled"} {
+		_, err := c.Run(context.Background(), testRun("r-"+code, code))
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.ErrProtocol || we.Cleanup.Status != wire.CleanupUnknown {
+			t.Errorf("%s: %v, want a protocol error with cleanup UNKNOWN", code, err)
+		}
+	}
+	res, err := c.Run(context.Background(), testRun("r-lie", "lie"))
+	if err != nil || res.Receipt.Status != wire.StatusOK || res.Receipt.Data != nil {
+		t.Fatalf("a run that named no folder: %v, data %+v", err, res.Receipt.Data)
 	}
 }
 

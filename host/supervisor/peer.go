@@ -45,25 +45,21 @@ func (c *peer) write() {
 
 // send queues m for the client. It never blocks: a client whose queue is
 // full is dropped.
-func (c *peer) send(m *wire.Message) { c.queue(m, 0) }
-
-// sendWait queues m for the client, waiting up to d for room in the
-// queue; a client that makes no room in that time is dropped.
-func (c *peer) sendWait(m *wire.Message, d time.Duration) { c.queue(m, d) }
-
-func (c *peer) queue(m *wire.Message, wait time.Duration) {
+func (c *peer) send(m *wire.Message) {
 	p, err := wire.Encode(m)
-	if err == nil && len(p) > frame.Max {
-		// Re-encoding can grow a message the guest sent within bounds
-		// (JSON escapes); the client still gets an answer.
-		e := errorMessage(wire.ErrProtocol, "the answer does not fit in a frame", cleanupOf(m))
-		e.ID = m.ID
-		p, err = wire.Encode(e)
-	}
 	if err != nil {
 		c.logf("client: encoding %s: %v", m.Type, err)
 		return
 	}
+	c.queue(p, 0)
+}
+
+// pass queues a frame's payload as it came (from the guest, its ID
+// already the client's), waiting up to wait for room in the queue; a
+// client that makes no room in that time is dropped.
+func (c *peer) pass(p []byte, wait time.Duration) { c.queue(p, wait) }
+
+func (c *peer) queue(p []byte, wait time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -87,14 +83,6 @@ func (c *peer) queue(m *wire.Message, wait time.Duration) {
 	c.closed = true
 	close(c.out)
 	c.nc.Close()
-}
-
-func cleanupOf(m *wire.Message) *wire.Cleanup {
-	if m.Result != nil {
-		c := m.Result.Receipt.Cleanup
-		return &c
-	}
-	return nil
 }
 
 func (c *peer) sendErr(id uint64, code, msg string, cleanup *wire.Cleanup) {

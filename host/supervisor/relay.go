@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
@@ -86,24 +85,25 @@ type pending struct {
 	expires time.Time
 	deliver bool // a run that asked for its output streamed (Run.Deliver)
 	// data is the host's record of the data folders a run names, put
-	// into its receipt in place of what the guest says (see hostFacts).
+	// before its receipt, for the client to put there (wire.HostFacts).
 	data []wire.DataFolder
 	// reply, when set, takes the answer instead of a client: the
 	// supervisor's own requests (its health pings).
 	reply chan *wire.Message
 }
 
-// newPending is a request of m's type from c, with its expiry.
-func newPending(c *peer, m *wire.Message) *pending {
-	p := &pending{c: c, id: m.ID, typ: m.Type, expires: time.Now().Add(requestLimit)}
-	if m.Run != nil {
-		p.runID = m.Run.RunID
+// newPending is a request of type typ and the client's ID id from c, with
+// its expiry; run is the request's run, for a run.
+func newPending(c *peer, typ string, id uint64, run *wire.Run) *pending {
+	p := &pending{c: c, id: id, typ: typ, expires: time.Now().Add(requestLimit)}
+	if run != nil {
+		p.runID = run.RunID
 		// The guest checks the run; its expiry here is bounded whatever
 		// the timeout it asks for.
-		bounded := *m.Run
+		bounded := *run
 		bounded.TimeoutSeconds = min(max(bounded.TimeoutSeconds, 0), wire.MaxTimeoutSeconds)
 		p.expires = time.Now().Add(bounded.HostDeadline())
-		p.deliver = m.Run.Deliver != nil
+		p.deliver = run.Deliver != nil
 	}
 	return p
 }
@@ -132,7 +132,20 @@ func Handshake(ctx context.Context, guest net.Conn) (wire.Hello, error) {
 	if err := writeMessage(guest, &wire.Message{Type: wire.TypeHello, ID: 1, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}}); err != nil {
 		return wire.Hello{}, fmt.Errorf("sending hello to the guest: %w", err)
 	}
-	m, err := readMessage(guest)
+	p, err := frame.Read(guest)
+	var m *wire.Message
+	if err == nil {
+		m, err = wire.Decode(p)
+	}
+	const rebuild = "its initramfs is not this pybox's (`pybox version` shows which it boots): " +
+		"install the guest files of this pybox (`make install`, or the release bundle's lib/) or rebuild them (`make`)"
+	if errors.Is(err, wire.ErrLegacy) {
+		// An agent from before protocol 3 answers in its own framing.
+		if old, ok := wire.LegacyHello(p); ok && old.Type == wire.TypeError {
+			return wire.Hello{}, fmt.Errorf("the guest agent speaks an older protocol than this pybox's %d (it said: %s): %s", wire.ProtocolVersion, old.Error.Message, rebuild)
+		}
+		return wire.Hello{}, fmt.Errorf("the guest agent speaks an older protocol than this pybox's %d: %s", wire.ProtocolVersion, rebuild)
+	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			return wire.Hello{}, fmt.Errorf("no hello from the guest: %w", context.DeadlineExceeded)
@@ -141,13 +154,14 @@ func Handshake(ctx context.Context, guest net.Conn) (wire.Hello, error) {
 	}
 	switch {
 	case m.Type == wire.TypeError:
+		if m.Error.Code == wire.ErrProtocol {
+			return wire.Hello{}, fmt.Errorf("the guest refused the hello: %w: %s", m.Error, rebuild)
+		}
 		return wire.Hello{}, fmt.Errorf("the guest refused the hello: %w", m.Error)
 	case m.Type != wire.TypeHello || m.ID != 1:
 		return wire.Hello{}, fmt.Errorf("the guest answered hello with %s (id %d)", m.Type, m.ID)
 	case m.Hello.Protocol != wire.ProtocolVersion:
-		return wire.Hello{}, fmt.Errorf("the guest speaks protocol %d, this pybox %d: its initramfs is not this pybox's "+
-			"(`pybox version` shows which it boots): install the guest files of this pybox (`make install`, or the release bundle's lib/) or rebuild them (`make`)",
-			m.Hello.Protocol, wire.ProtocolVersion)
+		return wire.Hello{}, fmt.Errorf("the guest speaks protocol %d, this pybox %d: %s", m.Hello.Protocol, wire.ProtocolVersion, rebuild)
 	}
 	return *m.Hello, nil
 }
@@ -205,12 +219,34 @@ func (r *Relay) expire(now time.Time) {
 			msg = fmt.Sprintf("no receipt for run %s within its bound: the guest is not answering; see `pybox vm status`", p.runID)
 			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown, Detail: "no receipt came back"}
 		}
-		r.answer(p, errorMessage(wire.ErrNoReceipt, msg, cleanup))
+		r.answerWith(p, errorMessage(wire.ErrNoReceipt, msg, cleanup))
 	}
 }
 
-// answer hands m to whoever asked p.
-func (r *Relay) answer(p *pending, m *wire.Message) {
+// answer hands the guest's answer to p (a frame's payload, of type typ)
+// to whoever asked: to a client as it came, under the client's ID; to the
+// supervisor's own request decoded.
+func (r *Relay) answer(p *pending, typ string, payload []byte) {
+	switch {
+	case p.reply != nil:
+		m, err := wire.Decode(payload)
+		if err != nil {
+			m = errorMessage(wire.ErrProtocol, "the guest's answer: "+err.Error(), nil)
+		}
+		p.reply <- m
+	case p.c != nil:
+		if typ == wire.TypeReceipt && len(p.data) > 0 {
+			// The host's own record of the run's data folders goes just
+			// before the receipt; the client puts it into the receipt.
+			p.c.send(&wire.Message{Type: wire.TypeFacts, ID: p.id, Facts: &wire.HostFacts{Data: p.data}})
+		}
+		wire.SetID(payload, p.id)
+		p.c.pass(payload, 0)
+	}
+}
+
+// answerWith answers p with a message of the supervisor's own.
+func (r *Relay) answerWith(p *pending, m *wire.Message) {
 	switch {
 	case p.reply != nil:
 		p.reply <- m
@@ -222,92 +258,71 @@ func (r *Relay) answer(p *pending, m *wire.Message) {
 
 func (r *Relay) readGuest() error {
 	for {
-		m, err := readMessage(r.guest)
+		p, err := frame.Read(r.guest)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				return fmt.Errorf("guest channel closed: %w", io.EOF)
 			}
 			return fmt.Errorf("guest channel: %w", err)
 		}
-		r.deliver(m)
+		typ, id, err := wire.Peek(p)
+		if err != nil {
+			return fmt.Errorf("guest channel: %w", err)
+		}
+		r.deliver(typ, id, p)
 	}
 }
 
-// deliver routes one answer from the guest. The guest is not trusted: an
-// answer must match a request in flight and be of a type that request
-// allows, else it is logged and dropped.
-func (r *Relay) deliver(m *wire.Message) {
-	if m.Type == wire.TypeOutput {
-		r.deliverOutput(m)
+// deliver routes one answer from the guest by its header alone. The guest
+// is not trusted: an answer must match a request in flight and be of a
+// type that request allows, else it is logged and dropped. Its body is
+// the asker's to decode and check (the client's, for a client's request).
+func (r *Relay) deliver(typ string, id uint64, payload []byte) {
+	if typ == wire.TypeOutput {
+		r.deliverOutput(id, payload)
 		return
 	}
 	r.mu.Lock()
-	p := r.pending[m.ID]
-	delete(r.pending, m.ID)
+	p := r.pending[id]
+	delete(r.pending, id)
 	r.mu.Unlock()
 	switch {
 	case p == nil:
-		r.logDropped("the guest sent %s for id %d, which nobody asked for: dropped", m.Type, m.ID)
+		r.logDropped("the guest sent %s for id %d, which nobody asked for: dropped", typ, id)
 		return
-	case !allowed(p.typ, m.Type):
-		r.logf("the guest answered %s (id %d) with %s: dropped", p.typ, m.ID, m.Type)
-		m = errorMessage(wire.ErrProtocol, "the guest answered "+p.typ+" with "+m.Type, nil)
-	case m.Type == wire.TypeReceipt && m.Result.Receipt.RunID != p.runID:
-		r.logf("the guest answered run %s with the receipt of run %q: dropped", p.runID, m.Result.Receipt.RunID)
-		m = errorMessage(wire.ErrProtocol, "the guest answered with another run's receipt", &wire.Cleanup{Status: wire.CleanupUnknown})
-	case m.Type == wire.TypeReceipt:
-		hostFacts(&m.Result.Receipt, p.data)
-	}
-	if p.c == nil && p.reply == nil {
-		r.logOrphan(p, m)
+	case !allowed(p.typ, typ):
+		r.logf("the guest answered %s (id %d) with %s: dropped", p.typ, id, typ)
+		var cleanup *wire.Cleanup
+		if p.typ == wire.TypeRun {
+			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown}
+		}
+		r.answerWith(p, errorMessage(wire.ErrProtocol, "the guest answered "+p.typ+" with "+typ, cleanup))
+		return
+	case p.c == nil && p.reply == nil:
+		r.logOrphan(p, payload)
 		return
 	}
-	r.answer(p, m)
+	r.answer(p, typ, payload)
 }
 
 // deliverOutput passes on part of a delivered file: only for a run in
-// flight that asked for delivery, and only of that run. The run stays in
-// flight. The client takes it within clientWriteLimit or is dropped;
-// waiting for it holds the guest's reader, which is how the guest is
-// slowed to what the client can write.
-func (r *Relay) deliverOutput(m *wire.Message) {
+// flight that asked for delivery. The run stays in flight. The client
+// takes it within clientWriteLimit or is dropped; waiting for it holds
+// the guest's reader, which is how the guest is slowed to what the
+// client can write.
+func (r *Relay) deliverOutput(id uint64, payload []byte) {
 	r.mu.Lock()
-	p := r.pending[m.ID]
+	p := r.pending[id]
 	r.mu.Unlock()
 	switch {
 	case p == nil || p.typ != wire.TypeRun || !p.deliver:
-		r.logDropped("the guest sent output for id %d, which is no run in flight that asked for it: dropped", m.ID)
-		return
-	case m.Output.RunID != p.runID:
-		r.logDropped("the guest sent output of run %q for run %s: dropped", m.Output.RunID, p.runID)
+		r.logDropped("the guest sent output for id %d, which is no run in flight that asked for it: dropped", id)
 		return
 	case p.c == nil:
 		return // the client left; the run's cancel is on its way
 	}
-	m.ID = p.id
-	p.c.sendWait(m, clientWriteLimit)
-}
-
-// hostFacts puts the host's own record of a run's data folders into its
-// receipt, over whatever the guest wrote there: the guest was told their
-// names only, and what it says of the host's folders proves nothing. A run
-// that named none has none, whatever the guest claims.
-func hostFacts(rc *wire.Receipt, data []wire.DataFolder) {
-	rc.Data = slices.Clone(data)
-}
-
-// namesOnly is what the guest is told of a run's data folders: their
-// names. Where they are on the host and what they hold is the host's to
-// say (hostFacts).
-func namesOnly(data []wire.DataFolder) []wire.DataFolder {
-	if len(data) == 0 {
-		return nil
-	}
-	out := make([]wire.DataFolder, len(data))
-	for i, d := range data {
-		out[i] = wire.DataFolder{Name: d.Name}
-	}
-	return out
+	wire.SetID(payload, p.id)
+	p.c.pass(payload, clientWriteLimit)
 }
 
 func allowed(req, reply string) bool {
@@ -322,8 +337,13 @@ func allowed(req, reply string) bool {
 	return false
 }
 
-func (r *Relay) logOrphan(p *pending, m *wire.Message) {
+// logOrphan logs how a run ended whose client left (read for the log
+// only).
+func (r *Relay) logOrphan(p *pending, payload []byte) {
+	m, err := wire.Decode(payload)
 	switch {
+	case err != nil:
+		r.logf("%s %s: an unreadable answer after its client left: %v", p.typ, p.runID, err)
 	case m.Type == wire.TypeReceipt:
 		rc := m.Result.Receipt
 		r.logf("run %s ended after its client left: status %s, cleanup %s %s", rc.RunID, rc.Status, rc.Cleanup.Status, rc.Cleanup.Detail)
@@ -357,7 +377,7 @@ func (r *Relay) fail(cause error) {
 		if p.typ == wire.TypeRun {
 			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the VM stopped during the run"}
 		}
-		r.answer(p, errorMessage(wire.ErrNoVM, "the VM stopped: "+cause.Error(), cleanup))
+		r.answerWith(p, errorMessage(wire.ErrNoVM, "the VM stopped: "+cause.Error(), cleanup))
 	}
 }
 
@@ -428,59 +448,103 @@ func (r *Relay) admit(nc net.Conn) {
 // serveClient reads a client's requests until it leaves or breaks a rule.
 func (r *Relay) serveClient(c *peer) {
 	for {
-		m, err := readMessage(c.nc)
+		p, err := frame.Read(c.nc)
+		var typ string
+		var id uint64
+		if err == nil {
+			typ, id, err = wire.Peek(p)
+		}
+		if errors.Is(err, wire.ErrLegacy) {
+			r.refuseLegacy(c, p)
+			c.closeAfterSend()
+			return
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				// The frame could not be read whole (too large, empty,
-				// malformed): the stream cannot be trusted past it.
+				// no header): the stream cannot be trusted past it.
 				r.logf("client: %v: disconnected", err)
 				c.send(errorMessage(wire.ErrProtocol, err.Error(), nil))
 				c.closeAfterSend()
 			}
 			return
 		}
-		if !r.request(c, m) {
+		if !r.request(c, typ, id, p) {
 			c.closeAfterSend()
 			return
 		}
 	}
 }
 
-// request handles one message from a client; false ends the connection.
-func (r *Relay) request(c *peer, m *wire.Message) bool {
-	reply := func(code, msg string, cleanup *wire.Cleanup) {
-		e := errorMessage(code, msg, cleanup)
-		e.ID = m.ID
+// refuseLegacy answers a client from an older pybox in its own framing.
+func (r *Relay) refuseLegacy(c *peer, p []byte) {
+	old, ok := wire.LegacyHello(p)
+	if !ok || old.Type != wire.TypeHello {
+		r.logf("client: a frame in an older framing that is no hello: disconnected")
+		return
+	}
+	r.logf("client: hello from a pybox of protocol %d: refused", old.Hello.Protocol)
+	c.queue(wire.EncodeLegacyRefusal(old.ID, fmt.Sprintf(
+		"this VM was started by a pybox of protocol %d and you speak %d: use the pybox that started it, or restart the VM with yours (`pybox vm stop`, then `pybox vm start`)",
+		wire.ProtocolVersion, old.Hello.Protocol)), 0)
+}
+
+// request handles one frame from a client, of type typ and the client's
+// ID id; false ends the connection. Only a hello and a run are decoded:
+// the hello is the supervisor's own to answer, and a run's data folders
+// are the host's to ready. Everything is forwarded as it came.
+func (r *Relay) request(c *peer, typ string, id uint64, p []byte) bool {
+	reply := func(code, msg string) {
+		e := errorMessage(code, msg, nil)
+		e.ID = id
 		c.send(e)
 	}
+	var run *wire.Run
 	switch {
-	case m.Type == wire.TypeHello:
+	case typ == wire.TypeHello:
+		m, err := wire.Decode(p)
+		if err != nil {
+			reply(wire.ErrProtocol, err.Error())
+			return false
+		}
 		if m.Hello.Protocol != wire.ProtocolVersion {
-			reply(wire.ErrProtocol, fmt.Sprintf("this supervisor speaks protocol %d, not %d", wire.ProtocolVersion, m.Hello.Protocol), nil)
+			reply(wire.ErrProtocol, fmt.Sprintf("this supervisor speaks protocol %d, not %d", wire.ProtocolVersion, m.Hello.Protocol))
 			return false
 		}
 		c.helloDone = true
 		h := r.hello
-		c.send(&wire.Message{Type: wire.TypeHello, ID: m.ID, Hello: &h})
+		c.send(&wire.Message{Type: wire.TypeHello, ID: id, Hello: &h})
 		return true
-	case answers[m.Type] == nil:
-		reply(wire.ErrProtocol, "a client may not send "+m.Type, nil)
+	case answers[typ] == nil:
+		reply(wire.ErrProtocol, "a client may not send "+typ)
 		return false
 	case !c.helloDone:
-		reply(wire.ErrProtocol, "say hello first", nil)
+		reply(wire.ErrProtocol, "say hello first")
 		return false
+	case typ == wire.TypeRun:
+		// The client checked the run and the guest checks it again; the
+		// relay reads what it needs to route it and ready its folders.
+		m, err := wire.Decode(p)
+		if err == nil {
+			// What the guest is told of data folders is their names.
+			err = wire.CheckDataNames(m.Run.Data)
+		}
+		if err != nil {
+			c.sendErr(id, wire.ErrBadRequest, err.Error(), &wire.Cleanup{Status: wire.CleanupNotAttempted})
+			return true
+		}
+		run = m.Run
 	}
-	// A run is not checked here: the client sends only runs checked where
-	// they were made, and the guest checks each before its box is made.
-	r.forward(c, m)
+	r.forward(c, typ, id, p, run)
 	return true
 }
 
-// forward sends a client's request to the guest under a new ID.
-func (r *Relay) forward(c *peer, m *wire.Message) {
-	p := newPending(c, m)
+// forward sends a client's request (p, of type typ and the client's ID
+// id; run is its run, for a run) to the guest under a new ID.
+func (r *Relay) forward(c *peer, typ string, id uint64, p []byte, run *wire.Run) {
+	pd := newPending(c, typ, id, run)
 	var notSent *wire.Cleanup
-	if m.Type == wire.TypeRun {
+	if typ == wire.TypeRun {
 		notSent = &wire.Cleanup{Status: wire.CleanupNotAttempted}
 	}
 	r.mu.Lock()
@@ -498,37 +562,34 @@ func (r *Relay) forward(c *peer, m *wire.Message) {
 		if gone != nil {
 			reason = "the VM stopped: " + gone.Error()
 		}
-		c.sendErr(m.ID, wire.ErrNoVM, reason+": start it with `pybox vm start`", notSent)
+		c.sendErr(id, wire.ErrNoVM, reason+": start it with `pybox vm start`", notSent)
 		return
 	case inFlight >= maxPending:
-		c.sendErr(m.ID, wire.ErrBusy, fmt.Sprintf("%d requests in flight on this connection; wait for answers", maxPending), notSent)
+		c.sendErr(id, wire.ErrBusy, fmt.Sprintf("%d requests in flight on this connection; wait for answers", maxPending), notSent)
 		return
-	case silent != "" && m.Type == wire.TypeRun:
-		c.sendErr(m.ID, wire.ErrUnhealthy, "the guest is "+silent+"; the supervisor restarts it if it stays so: try again in a minute, or see `pybox vm status`", notSent)
+	case silent != "" && typ == wire.TypeRun:
+		c.sendErr(id, wire.ErrUnhealthy, "the guest is "+silent+"; the supervisor restarts it if it stays so: try again in a minute, or see `pybox vm status`", notSent)
 		return
 	case all >= maxPendingAll:
-		c.sendErr(m.ID, wire.ErrBusy, fmt.Sprintf("%d requests are waiting for the guest; try again shortly", maxPendingAll), notSent)
+		c.sendErr(id, wire.ErrBusy, fmt.Sprintf("%d requests are waiting for the guest; try again shortly", maxPendingAll), notSent)
 		return
 	}
-	if m.Type == wire.TypeShutdown {
+	if typ == wire.TypeShutdown {
 		r.mu.Lock()
 		r.stopping = true
 		r.mu.Unlock()
 	}
-	if m.Type == wire.TypeRun && len(m.Run.Data) > 0 {
-		data, e := r.prepareData(m.Run)
+	if run != nil && len(run.Data) > 0 {
+		data, e := r.prepareData(run)
 		if e != nil {
-			c.sendErr(m.ID, e.Code, e.Message, notSent)
+			c.sendErr(id, e.Code, e.Message, notSent)
 			return
 		}
 		defer r.donePreparing()
-		p.data = data
+		pd.data = data
 	}
-	if m.Type == wire.TypeRun {
-		m.Run.Data = namesOnly(m.Run.Data)
-	}
-	if err := r.send(p, m); err != nil {
-		c.sendErr(m.ID, wire.ErrNoVM, "the VM is not reachable: "+err.Error(), notSent)
+	if err := r.sendPayload(pd, p); err != nil {
+		c.sendErr(id, wire.ErrNoVM, "the VM is not reachable: "+err.Error(), notSent)
 	}
 }
 
@@ -569,18 +630,28 @@ func (r *Relay) donePreparing() {
 	r.mu.Unlock()
 }
 
-// send registers p and writes m to the guest under a fresh ID.
+// send registers p and writes m, a message of the supervisor's own, to
+// the guest under a fresh ID.
 func (r *Relay) send(p *pending, m *wire.Message) error {
+	payload, err := wire.Encode(m)
+	if err != nil {
+		return err
+	}
+	return r.sendPayload(p, payload)
+}
+
+// sendPayload registers p and writes payload to the guest under a fresh
+// ID (set in its header, in place).
+func (r *Relay) sendPayload(p *pending, payload []byte) error {
 	r.mu.Lock()
 	r.nextID++
 	id := r.nextID
 	r.pending[id] = p
 	r.mu.Unlock()
-	out := *m
-	out.ID = id
+	wire.SetID(payload, id)
 	r.wmu.Lock()
 	r.guest.SetWriteDeadline(time.Now().Add(guestWriteLimit))
-	err := writeMessage(r.guest, &out)
+	err := frame.Write(r.guest, payload)
 	r.wmu.Unlock()
 	if err != nil {
 		r.mu.Lock()
@@ -697,14 +768,6 @@ func (r *Relay) Shutdown() error {
 
 func errorMessage(code, msg string, cleanup *wire.Cleanup) *wire.Message {
 	return &wire.Message{Type: wire.TypeError, Error: &wire.Error{Code: code, Message: msg, Cleanup: cleanup}}
-}
-
-func readMessage(r io.Reader) (*wire.Message, error) {
-	p, err := frame.Read(r)
-	if err != nil {
-		return nil, err
-	}
-	return wire.Decode(p)
 }
 
 func writeMessage(w io.Writer, m *wire.Message) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"strings"
@@ -254,7 +255,10 @@ func TestGuestAnswersWithWrongType(t *testing.T) {
 	}
 }
 
-func TestGuestAnswersWithAnotherRunsReceipt(t *testing.T) {
+// The relay routes a guest's answer by its header and passes its body as
+// it came: a receipt for another run than the one asked reaches the
+// client, which is the one to check it (host/client refuses it).
+func TestGuestAnswerPassesAsItCame(t *testing.T) {
 	h := newHarness(t)
 	c := h.connect()
 	h.hello(c)
@@ -264,8 +268,8 @@ func TestGuestAnswersWithAnotherRunsReceipt(t *testing.T) {
 	rc.ID = g.ID
 	send(t, h.guest, rc)
 	m := recv(t, c)
-	if m.Type != wire.TypeError || m.Error.Cleanup == nil || m.Error.Cleanup.Status != wire.CleanupUnknown {
-		t.Fatalf("got %+v, want an error with cleanup UNKNOWN", m)
+	if m.Type != wire.TypeReceipt || m.ID != 1 || m.Result.Receipt.RunID != "theirs" {
+		t.Fatalf("got %+v, want the receipt as it came", m)
 	}
 }
 
@@ -427,6 +431,42 @@ func TestHandshakeWrongProtocol(t *testing.T) {
 	}
 }
 
+// An agent from before protocol 3 cannot read this hello and answers in
+// its own framing: the supervisor says to install or rebuild the guest.
+func TestHandshakeOlderAgent(t *testing.T) {
+	host, guest := net.Pipe()
+	defer host.Close()
+	go func() {
+		frame.Read(guest)
+		frame.Write(guest, []byte(`{"type":"error","id":0,"error":{"code":"protocol","message":"wire: invalid character"}}`))
+	}()
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	_, err := Handshake(ctx, host)
+	if err == nil || !strings.Contains(err.Error(), "older protocol") || !strings.Contains(err.Error(), "rebuild them (`make`)") {
+		t.Fatalf("Handshake = %v", err)
+	}
+}
+
+// A client from before protocol 3 is refused in its own framing, with
+// what to do.
+func TestOlderClientToldWhatToDo(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	frame.Write(c, []byte(`{"type":"hello","id":3,"hello":{"protocol":2}}`))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	p, err := frame.Read(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := wire.LegacyHello(p)
+	if !ok || m.Type != wire.TypeError || m.ID != 3 || !strings.Contains(m.Error.Message, "restart the VM with yours") {
+		t.Fatalf("got %q", p)
+	}
+	expectClosed(t, c)
+}
+
 func expectClosed(t *testing.T, c net.Conn) {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -568,4 +608,13 @@ func TestSilentGuestRefusesRuns(t *testing.T) {
 	if g := recv(t, h.guest); g.Type != wire.TypeRun {
 		t.Fatalf("the guest got %+v, want the run", g)
 	}
+}
+
+// readMessage reads and decodes one frame.
+func readMessage(r io.Reader) (*wire.Message, error) {
+	p, err := frame.Read(r)
+	if err != nil {
+		return nil, err
+	}
+	return wire.Decode(p)
 }

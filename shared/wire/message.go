@@ -1,13 +1,16 @@
 package wire
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 )
 
 // ProtocolVersion is checked in the hello handshake; a peer that speaks
 // another version is refused.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // Message types. Every request the host sends carries an ID; the guest's
 // answer carries the same ID. A run is answered once, by its receipt (or by
@@ -24,7 +27,15 @@ const (
 	TypeOK       = "ok"       // guest → host: the request was done
 	TypeShutdown = "shutdown" // host → guest: sync and power off
 	TypeError    = "error"    // guest → host (or supervisor → client): Error
+	// TypeFacts is the supervisor's own record of a run's data folders,
+	// sent to the client just before the run's receipt (HostFacts).
+	TypeFacts = "facts"
 )
+
+// kinds are the frame header's codes for the message types, in the order
+// of the first byte of every frame's payload.
+var kinds = []string{"", TypeHello, TypePing, TypePong, TypeRun, TypeReceipt, TypeOutput,
+	TypeCancel, TypeOK, TypeShutdown, TypeError, TypeFacts}
 
 // CapUnsealable is announced in hello only by the benchmark build of the
 // agent (make bench-guest), whose boxes can be switched to run without
@@ -59,6 +70,15 @@ type Message struct {
 	Output *OutputChunk `json:"output,omitempty"`
 	// Status rides on a pong: what the agent is doing.
 	Status *AgentStatus `json:"status,omitempty"`
+	Facts  *HostFacts   `json:"facts,omitempty"`
+}
+
+// HostFacts is the host's record of what a run saw of its data folders
+// (where each is, its counts and listing digest), which the client puts
+// into the run's receipt over whatever the guest wrote there: the guest
+// is told the folders' names only.
+type HostFacts struct {
+	Data []DataFolder `json:"data"`
 }
 
 // AgentStatus is what the agent is doing when it answers a ping.
@@ -153,28 +173,201 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-// Encode marshals m for a frame.
-func Encode(m *Message) ([]byte, error) { return json.Marshal(m) }
+// A frame's payload is a header, then the message's body as JSON:
+//
+//	byte 0     the kind: the message type's code (see kinds)
+//	bytes 1–8  the ID, big-endian
+//	bytes 9–   the body (Hello, Run, Result, ...); none for ping, ok
+//	           and shutdown, and a pong's status may be left out
+//
+// The header is all that routing needs: the supervisor matches answers to
+// requests and forwards frames by it, without decoding bodies. The body
+// is decoded strictly, once, by the process that asked.
+const headerSize = 9
 
-// Decode unmarshals a frame's payload and checks that it is a known type
-// with the body that type needs. It rejects unknown fields: a peer that
-// sends them speaks another version.
-func Decode(p []byte) (*Message, error) {
-	var m Message
-	if err := decodeStrict(p, &m); err != nil {
-		return nil, fmt.Errorf("wire: %w", err)
+// legacyHello is the first byte of a frame in the JSON-only framing of
+// earlier protocol versions, which a hello from an older peer is in.
+const legacyHello = '{'
+
+// Encode makes a frame's payload of m.
+func Encode(m *Message) ([]byte, error) {
+	kind := slices.Index(kinds, m.Type)
+	if kind <= 0 {
+		return nil, fmt.Errorf("wire: unknown message type %q", m.Type)
 	}
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	return &m, nil
+	p := make([]byte, headerSize, headerSize+64)
+	p[0] = byte(kind)
+	binary.BigEndian.PutUint64(p[1:], m.ID)
+	if body := m.body(); body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		p = append(p, b...)
+	}
+	return p, nil
 }
 
+// EncodeRaw makes a frame's payload of a header and body bytes as they
+// are, unchecked: for tests that must send what Encode never makes.
+func EncodeRaw(typ string, id uint64, body []byte) []byte {
+	p := make([]byte, headerSize, headerSize+len(body))
+	if k := slices.Index(kinds, typ); k > 0 {
+		p[0] = byte(k)
+	}
+	binary.BigEndian.PutUint64(p[1:], id)
+	return append(p, body...)
+}
+
+// body is the body m's type carries, or nil.
+func (m *Message) body() any {
+	var body any
+	switch m.Type {
+	case TypeHello:
+		body = m.Hello
+	case TypeRun:
+		body = m.Run
+	case TypeReceipt:
+		body = m.Result
+	case TypeCancel:
+		body = m.Cancel
+	case TypeError:
+		body = m.Error
+	case TypeOutput:
+		body = m.Output
+	case TypePong:
+		if m.Status != nil {
+			body = m.Status
+		}
+	case TypeFacts:
+		body = m.Facts
+	}
+	return body
+}
+
+// Peek reads a frame's header: the message type and ID, checked, and
+// nothing of the body.
+func Peek(p []byte) (typ string, id uint64, err error) {
+	if len(p) > 0 && p[0] == legacyHello {
+		return "", 0, ErrLegacy
+	}
+	if len(p) < headerSize {
+		return "", 0, fmt.Errorf("wire: a frame of %d bytes has no header", len(p))
+	}
+	if int(p[0]) == 0 || int(p[0]) >= len(kinds) {
+		return "", 0, fmt.Errorf("wire: unknown message kind %d", p[0])
+	}
+	return kinds[p[0]], binary.BigEndian.Uint64(p[1:headerSize]), nil
+}
+
+// SetID changes the ID in a frame's header, in place: a relay forwards a
+// frame under another ID without touching its body.
+func SetID(p []byte, id uint64) {
+	binary.BigEndian.PutUint64(p[1:headerSize], id)
+}
+
+// ErrLegacy is a frame in the framing of protocol versions before 3: a
+// peer from an older pybox. Only its hello is read (LegacyHello), so that
+// both sides can say which to rebuild.
+var ErrLegacy = errors.New("wire: a frame from an older pybox (protocol before 3)")
+
+// Decode reads a frame's payload: its header, then its body, strictly
+// (see decodeStrict), into the type the kind names. A body the type
+// needs must be there; a body it has none of must not.
+func Decode(p []byte) (*Message, error) {
+	typ, id, err := Peek(p)
+	if err != nil {
+		return nil, err
+	}
+	m := &Message{Type: typ, ID: id}
+	var body any
+	switch typ {
+	case TypeHello:
+		m.Hello = &Hello{}
+		body = m.Hello
+	case TypeRun:
+		m.Run = &Run{}
+		body = m.Run
+	case TypeReceipt:
+		m.Result = &Result{}
+		body = m.Result
+	case TypeCancel:
+		m.Cancel = &Cancel{}
+		body = m.Cancel
+	case TypeError:
+		m.Error = &Error{}
+		body = m.Error
+	case TypeOutput:
+		m.Output = &OutputChunk{}
+		body = m.Output
+	case TypeFacts:
+		m.Facts = &HostFacts{}
+		body = m.Facts
+	case TypePong:
+		if len(p) > headerSize {
+			m.Status = &AgentStatus{}
+			body = m.Status
+		}
+	}
+	rest := p[headerSize:]
+	switch {
+	case body == nil && len(rest) > 0:
+		return nil, fmt.Errorf("wire: a %s message has no body, and this one has %d bytes", typ, len(rest))
+	case body == nil:
+	case len(rest) == 0:
+		return nil, fmt.Errorf("wire: %s message without its body", typ)
+	case rest[0] != '{':
+		return nil, fmt.Errorf("wire: a %s message's body is not a JSON object", typ)
+	default:
+		if err := decodeStrict(rest, body); err != nil {
+			return nil, fmt.Errorf("wire: %s: %w", typ, err)
+		}
+	}
+	return m, nil
+}
+
+// LegacyHello reads the hello, or the refusal of one, of a peer that
+// frames messages as earlier protocol versions did (a JSON object with
+// type, id and body), loosely: only to tell what it speaks. ok is false
+// for anything else.
+func LegacyHello(p []byte) (m *Message, ok bool) {
+	var old struct {
+		Type  string `json:"type"`
+		ID    uint64 `json:"id"`
+		Hello *Hello `json:"hello"`
+		Error *Error `json:"error"`
+	}
+	if len(p) == 0 || p[0] != legacyHello || json.Unmarshal(p, &old) != nil {
+		return nil, false
+	}
+	switch {
+	case old.Type == TypeHello && old.Hello != nil:
+		return &Message{Type: TypeHello, ID: old.ID, Hello: old.Hello}, true
+	case old.Type == TypeError && old.Error != nil:
+		return &Message{Type: TypeError, ID: old.ID, Error: old.Error}, true
+	}
+	return nil, false
+}
+
+// EncodeLegacyRefusal is a refusal of a hello in the framing of earlier
+// protocol versions, so that an older peer can read why: msg should say
+// which side to rebuild.
+func EncodeLegacyRefusal(id uint64, msg string) []byte {
+	b, _ := json.Marshal(map[string]any{"type": TypeError, "id": id,
+		"error": &Error{Code: ErrProtocol, Message: msg}})
+	return b
+}
+
+// check says whether m has the body its type needs (and, for types with
+// a body, only that one).
 func (m *Message) check() error {
 	need := map[string]bool{
 		TypeHello: m.Hello != nil, TypeRun: m.Run != nil, TypeReceipt: m.Result != nil,
 		TypeCancel: m.Cancel != nil, TypeError: m.Error != nil, TypeOutput: m.Output != nil,
-		TypePing: true, TypePong: true, TypeOK: true, TypeShutdown: true,
+		TypeFacts: m.Facts != nil, TypePing: true, TypePong: true, TypeOK: true, TypeShutdown: true,
 	}
 	ok, known := need[m.Type]
 	if !known {

@@ -155,6 +155,11 @@ func CheckDataNames(data []DataFolder) error {
 			return fmt.Errorf("data folder %q is named twice", d.Name)
 		}
 		seen[d.Name] = true
+		if d.HostPath != "" || d.Files != 0 || d.Bytes != 0 || d.Digest != "" || len(d.LeftOut) != 0 {
+			// Where a folder is and what it holds is the host's to say,
+			// in its own record, never a request's.
+			return fmt.Errorf("data folder %q: a run names its data folders and says nothing else of them", d.Name)
+		}
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -108,35 +110,101 @@ func FuzzEscapeName(f *testing.F) {
 	})
 }
 
+func payload(typ string, id uint64, body string) []byte { return EncodeRaw(typ, id, []byte(body)) }
+
 func TestDecode(t *testing.T) {
-	good := []string{
-		`{"type":"ping","id":1}`,
-		`{"type":"hello","id":0,"hello":{"protocol":1}}`,
-		`{"type":"cancel","id":3,"cancel":{"run_id":"r1"}}`,
+	good := [][]byte{
+		payload(TypePing, 1, ""),
+		payload(TypeHello, 0, `{"protocol":1}`),
+		payload(TypeCancel, 3, `{"run_id":"r1"}`),
+		payload(TypePong, 4, ""),
+		payload(TypePong, 4, `{"health":"healthy"}`),
+		payload(TypeFacts, 5, `{"data":[{"name":"sales","host_path":"/x"}]}`),
 	}
-	for _, s := range good {
-		if _, err := Decode([]byte(s)); err != nil {
-			t.Errorf("Decode(%s) = %v", s, err)
+	for _, p := range good {
+		if _, err := Decode(p); err != nil {
+			t.Errorf("Decode(%q) = %v", p, err)
 		}
 	}
-	bad := []string{
-		``, `null`, `[]`, `{"type":"ping","id":1}{}`, `{"type":"ping","id":1,"extra":1}`,
-		`{"type":"launch","id":1}`, `{"type":"run","id":1}`, `{"type":"receipt","id":1}`,
-		`{"type":"hello","id":1,"hello":{"protocol":1,"shell":true}}`, `{"type":"ping","id":-1}`,
-		`{"Type":"ping","id":1}`,
+	bad := [][]byte{
+		nil, {}, []byte(`{"type":"ping","id":1}`), payload(TypePing, 1, "")[:8], {0, 0, 0, 0, 0, 0, 0, 0, 1}, {99, 0, 0, 0, 0, 0, 0, 0, 1},
+		payload(TypePing, 1, "{}"), payload(TypeRun, 1, ""), payload(TypeReceipt, 1, ""), payload(TypeRun, 1, "null"),
+		payload(TypeHello, 1, `{"protocol":1,"shell":true}`), payload(TypeHello, 1, `{"Protocol":1}`),
+		payload(TypeHello, 1, `{"protocol":1}{}`), payload(TypeCancel, 1, `{"run_id":"a","run_id":"b"}`),
+		payload(TypeCancel, 1, `[]`),
 	}
-	for _, s := range bad {
-		if _, err := Decode([]byte(s)); err == nil {
-			t.Errorf("Decode(%s) accepted", s)
+	for _, p := range bad {
+		if _, err := Decode(p); err == nil {
+			t.Errorf("Decode(%q) accepted", p)
+		}
+	}
+}
+
+// Encode and Decode agree, and the header alone says the type and ID.
+func TestEncodeDecodePeek(t *testing.T) {
+	for _, m := range []*Message{
+		{Type: TypePing, ID: 7},
+		{Type: TypeRun, ID: 1 << 40, Run: goodRun()},
+		{Type: TypePong, ID: 2, Status: &AgentStatus{Health: "healthy", Memory: &GuestMemory{Total: 1}}},
+		{Type: TypeError, ID: 3, Error: &Error{Code: ErrBusy, Message: "m", Cleanup: &Cleanup{Status: CleanupNotAttempted}}},
+		{Type: TypeFacts, ID: 4, Facts: &HostFacts{Data: []DataFolder{{Name: "a", Files: 2}}}},
+	} {
+		p, err := Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ, id, err := Peek(p)
+		if err != nil || typ != m.Type || id != m.ID {
+			t.Errorf("Peek: %s %d %v, want %s %d", typ, id, err, m.Type, m.ID)
+		}
+		SetID(p, 99)
+		back, err := Decode(p)
+		if err != nil || back.ID != 99 || back.Type != m.Type {
+			t.Fatalf("Decode: %+v %v", back, err)
+		}
+		m.ID = 99
+		a, _ := json.Marshal(m.body())
+		b, _ := json.Marshal(back.body())
+		if !bytes.Equal(a, b) {
+			t.Errorf("body %s came back as %s", a, b)
+		}
+	}
+	if _, err := Encode(&Message{Type: TypeRun, ID: 1}); err == nil {
+		t.Error("a run without its body was encoded")
+	}
+	if _, err := Encode(&Message{Type: "launch"}); err == nil {
+		t.Error("an unknown type was encoded")
+	}
+}
+
+// An older peer's hello, and its refusal of ours, are read for what they
+// say; nothing else of the old framing is.
+func TestLegacyHello(t *testing.T) {
+	if _, _, err := Peek([]byte(`{"type":"hello","id":1,"hello":{"protocol":2}}`)); err != ErrLegacy {
+		t.Errorf("Peek of an old frame: %v", err)
+	}
+	m, ok := LegacyHello([]byte(`{"type":"hello","id":1,"hello":{"protocol":2}}`))
+	if !ok || m.Hello.Protocol != 2 {
+		t.Errorf("old hello: %+v %v", m, ok)
+	}
+	m, ok = LegacyHello(EncodeLegacyRefusal(5, "rebuild"))
+	if !ok || m.Type != TypeError || m.ID != 5 || m.Error.Code != ErrProtocol || m.Error.Message != "rebuild" {
+		t.Errorf("old refusal: %+v %v", m, ok)
+	}
+	for _, p := range []string{`{"type":"ping","id":1}`, `{"type":"hello","id":1}`, `[`, ""} {
+		if m, ok := LegacyHello([]byte(p)); ok {
+			t.Errorf("LegacyHello(%s) = %+v", p, m)
 		}
 	}
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add([]byte(`{"type":"ping","id":1}`))
-	f.Add([]byte(`{"type":"receipt","id":9,"result":{"receipt":{"status":"ok","cleanup":{"status":"REMOVED"}}}}`))
-	f.Add([]byte(`{"type":"run","id":2,"run":{"run_id":"a","code":"x","image":"stdlib","timeout_s":1,"max_output_bytes":1,"files":[{"name":"a","content":"AAAA"}]}}`))
+	f.Add(payload(TypePing, 1, ""))
+	f.Add(payload(TypeReceipt, 9, `{"receipt":{"status":"ok","cleanup":{"status":"REMOVED"}}}`))
+	f.Add(payload(TypeRun, 2, `{"run_id":"a","code":"x","image":"stdlib","timeout_s":1,"max_output_bytes":1,"files":[{"name":"a","content":"AAAA"}]}`))
+	f.Add([]byte(`{"type":"hello","id":1,"hello":{"protocol":2}}`))
 	f.Fuzz(func(t *testing.T, p []byte) {
+		LegacyHello(p)
 		m, err := Decode(p)
 		if err != nil {
 			return
@@ -149,7 +217,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Encode of a decoded message: %v", err)
 		}
 		if _, err := Decode(back); err != nil {
-			t.Fatalf("re-decoding %s: %v", back, err)
+			t.Fatalf("re-decoding %q: %v", back, err)
 		}
 	})
 }
