@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -92,13 +93,11 @@ func findImage() (string, error) {
 // hostBox returns a Box whose image is the directory named by imageEnv.
 func hostBox(t *testing.T) *Box {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("running a box needs root (try: sudo go test)")
-	}
+	needs.Root(t, "running a box")
 	root, err := findImage()
 	if err != nil {
-		t.Skipf("%v: build one (make images), or set %s to an image file or %s to a root directory with python3",
-			err, imageFileEnv, imageEnv)
+		needs.Unavailable(t, fmt.Sprintf("%v: build one (make images), or set %s to an image file or %s to a root directory with python3",
+			err, imageFileEnv, imageEnv))
 	}
 	staging := t.TempDir()
 	// box-init walks to its tmpfs as "other": open the path up.
@@ -393,9 +392,7 @@ func TestRunRefusedBeforeStart(t *testing.T) {
 // A cleanup that cannot unmount is FAILED, says what is left, and makes
 // the box refuse runs until a later attempt succeeds.
 func TestCleanupFailureAndRecovery(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting the staging tmpfs needs root (try: sudo go test)")
-	}
+	needs.Root(t, "mounting the staging tmpfs")
 	b := &Box{paths: paths{staging: t.TempDir()}}
 	st, err := makeStaging(b.paths.staging, "stuck", "/nonexistent-image", nil, slotIDs(0))
 	if err != nil {

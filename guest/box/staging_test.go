@@ -11,15 +11,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"pybox/shared/needs"
 )
 
 // stage runs makeStaging for image, failing the test if it blocks, and
 // removes what it made.
 func stage(t *testing.T, image string) (*staging, error) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting the staging tmpfs needs root (try: sudo go test)")
-	}
+	needs.Root(t, "mounting the staging tmpfs")
 	type made struct {
 		st  *staging
 		err error

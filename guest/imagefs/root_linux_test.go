@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"pybox/shared/needs"
 )
 
 // limit is the bound the tests read with.
@@ -148,9 +150,7 @@ func TestCopyBounds(t *testing.T) {
 
 // Nothing mounted inside the image's directory is reached through it.
 func TestReadFileStaysOnTheImage(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root (try: sudo go test)")
-	}
+	needs.Root(t, "mounting a tmpfs")
 	root, _ := hostileImage(t)
 	mnt := filepath.Join(root, "mnt")
 	mkdir(t, mnt)

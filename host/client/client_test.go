@@ -18,6 +18,7 @@ import (
 	"pybox/host/paths"
 	"pybox/host/supervisor"
 	"pybox/shared/frame"
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -405,9 +406,7 @@ func TestSupervisorLostMidRun(t *testing.T) {
 // the user's own and private, and when the process serving it runs as
 // the user.
 func TestSocketOfAnotherUser(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("making files and processes of another uid needs root")
-	}
+	needs.Root(t, "making files and processes of another uid")
 	const other = 65534
 	home := serve(t)
 	sock := paths.ForVM(home).Socket()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -20,12 +21,10 @@ import (
 // built every run; the second build of it must be a cache hit. It needs
 // root, mmdebstrap, erofs-utils and the apt archive: CI has them.
 func TestBuildRealImages(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("building images needs root (mmdebstrap --mode=root, chroot): run the tests as root, as CI does")
-	}
+	needs.Root(t, "building images (mmdebstrap --mode=root, chroot)")
 	for _, tool := range []string{"mmdebstrap", "mkfs.erofs", "fsck.erofs"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (try: make deps)", tool)
+			needs.Unavailable(t, tool+" is not installed (try: make deps)")
 		}
 	}
 	cache, err := CacheDir()

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"pybox/shared/needs"
 )
 
 // fakeErofs is the smallest file VerifyFile accepts: a superblock with the
@@ -85,7 +87,7 @@ func TestVerifyFile(t *testing.T) {
 // made by mkfs.erofs, so the offsets are the real ones.
 func TestVerifyRealErofs(t *testing.T) {
 	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
-		t.Skip("mkfs.erofs is not installed (try: apt-get install erofs-utils, or make deps)")
+		needs.Unavailable(t, "mkfs.erofs is not installed (try: apt-get install erofs-utils, or make deps)")
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pybox/shared/needs"
 )
 
 // unitValue returns the value of key in a unit's text (its last setting).
@@ -59,7 +61,7 @@ func TestSystemdUnit(t *testing.T) {
 func TestSystemdUnitVerifies(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		unavailable(t, "no systemd-analyze: run `make deps` (it installs systemd)")
+		needs.Unavailable(t, "no systemd-analyze: run `make deps` (it installs systemd)")
 	}
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "pybox")
@@ -141,14 +143,4 @@ func TestNotify(t *testing.T) {
 	if err != nil || string(buf[:n]) != "READY=1" {
 		t.Errorf("got %q %v", buf[:n], err)
 	}
-}
-
-// unavailable skips a test that lacks what it needs, with the fix; in CI,
-// where a skip would hide that nothing was tested, it fails.
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
 }

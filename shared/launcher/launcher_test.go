@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -49,22 +50,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// unavailable skips a test that lacks what it needs, with the fix; in CI,
-// where a skip would hide that nothing was tested, it fails.
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
-
 // compiled returns the launcher built for this machine's python3.
 func compiled(t *testing.T) *hostPython {
 	t.Helper()
 	hostOnce.Do(func() { host, hostErr = compile(hostPreload, nil) })
 	if host == nil {
-		unavailable(t, hostErr)
+		needs.Unavailable(t, hostErr)
 	}
 	return host
 }
