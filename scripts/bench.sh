@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: PyBox and the alternatives a user would pick instead
 # (bare python3, bubblewrap, gVisor, Pyodide, a fresh VM per call), timed
-# side by side in one run by BenchmarkReport (cmd/pybox/bench_e2e_test.go).
+# side by side in one run by BenchmarkReport (e2e/bench_e2e_test.go).
 # Writes build/bench/results.md and build/bench/results.json.
 #
 # Knobs (environment): BENCH_RUNS (samples per figure, default 7),
@@ -31,7 +31,7 @@ for tool in bwrap runsc node; do
 done
 
 set +e
-go test -count=1 -run '^$' -bench '^BenchmarkReport$' -benchtime=1x -timeout 60m -v ./cmd/pybox 2>&1 |
+go test -count=1 -run '^$' -bench '^BenchmarkReport$' -benchtime=1x -timeout 60m -v ./e2e 2>&1 |
   tee "$out/bench.log"
 rc=${PIPESTATUS[0]}
 set -e

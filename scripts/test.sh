@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run every test: the unit tests of all packages (with their fuzz seed
 # corpora), the host packages again under the race detector, then the
-# end-to-end suite that drives the real binary against a real VM
-# (cmd/pybox). Prints one closing line: "N passed, M failed".
+# end-to-end suite that drives the real binary against a real VM (e2e/).
+# Prints one closing line: "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +12,7 @@ status=0
 
 # The end-to-end packages boot VMs under TCG: run them one at a time, after
 # the unit tests, so two VMs never share the 2 cores.
-e2e="pybox/cmd/pybox"
+e2e="pybox/e2e"
 unit=$(go list ./... | grep -vx "$e2e")
 
 echo "== unit tests"

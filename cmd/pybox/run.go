@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,7 +119,7 @@ it.`)
 	if err != nil {
 		return nil, fail("%v", err), false
 	}
-	ra.run = wire.Run{RunID: newRunID(), Code: code2, Image: *image, TimeoutSeconds: *timeout,
+	ra.run = wire.Run{RunID: wire.NewRunID(""), Code: code2, Image: *image, TimeoutSeconds: *timeout,
 		MaxOutputBytes: *maxOut, ReturnFiles: ra.out != ""}
 	if ra.out != "" {
 		// --out gets every file whole, not only what fits in a result.
@@ -178,12 +176,6 @@ func readLimited(path string, limit int64) ([]byte, error) {
 		err = fmt.Errorf("over %d bytes, the limit", limit)
 	}
 	return b, err
-}
-
-func newRunID() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // runFailed reports a run that got no receipt.

@@ -2,8 +2,6 @@ package mcp
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -129,7 +127,7 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 		return refused(wire.ErrBusy, err.Error())
 	}
 	defer release()
-	run.RunID = newRunID()
+	run.RunID = wire.NewRunID("mcp-")
 	if len(run.Data) > 0 {
 		run.MaxDataBytes = s.opts.MaxDataBytes
 	}
@@ -335,13 +333,6 @@ func detail(d string) string {
 		return ""
 	}
 	return " (" + cutString(d, 200) + ")"
-}
-
-// newRunID names a run for the guest and the logs.
-func newRunID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "mcp-" + hex.EncodeToString(b[:])
 }
 
 // logHandler sends the SDK's warnings and errors to logf; its info-level

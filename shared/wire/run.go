@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -263,4 +265,12 @@ func checkToken(field, v string, max int) error {
 		}
 	}
 	return nil
+}
+
+// NewRunID names a run: prefix (which says where it came from, for the
+// logs) and 16 random hex digits.
+func NewRunID(prefix string) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }

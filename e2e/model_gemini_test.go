@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The scripted model speaking the Gemini API (POST
 // /v1beta/models/MODEL:generateContent, and :streamGenerateContent with

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func benchSeal(b *testing.B, r *benchReport, k benchKnobs) {
 	}
 	defer c.Close()
 	run := func(code string) *wire.Receipt {
-		res, err := c.Run(context.Background(), mustCheck(b, &wire.Run{RunID: newRunID(), Code: code, Image: "stdlib", TimeoutSeconds: 30, MaxOutputBytes: 4096}))
+		res, err := c.Run(context.Background(), mustCheck(b, &wire.Run{RunID: wire.NewRunID(""), Code: code, Image: "stdlib", TimeoutSeconds: 30, MaxOutputBytes: 4096}))
 		if err != nil || res.Receipt.Status != wire.StatusOK || res.Receipt.Cleanup.Status != wire.CleanupRemoved {
 			b.Fatalf("run %.40q: %v %+v", code, err, res)
 		}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // PyBox installed and used the way someone handed it would: `make
 // install` into a scratch DESTDIR, then everything as an unprivileged
@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"pybox/host/paths"
+	"pybox/shared/needs"
 )
 
 // nobody is the unprivileged user the installed pybox runs as.
@@ -30,13 +31,13 @@ const nobody = 65534
 
 func TestInstallAsUser(t *testing.T) {
 	if os.Geteuid() != 0 {
-		unavailable(t, "this test installs pybox and runs it as another user (uid 65534): run it as root")
+		needs.Unavailable(t, "this test installs pybox and runs it as another user (uid 65534): run it as root")
 	}
 	guestArtifactsForTest(t)
 	if _, missing, err := userImage("stdlib"); err != nil || missing != "" {
-		unavailable(t, fmt.Sprint(missing, err))
+		needs.Unavailable(t, fmt.Sprint(missing, err))
 	}
-	repo, _ := filepath.Abs(filepath.Join("..", ".."))
+	repo, _ := filepath.Abs("..")
 	// Everything the user touches lives here, readable by them; a short
 	// path, for the unix sockets under PYBOX_HOME.
 	root, err := os.MkdirTemp("", "pbi")
@@ -311,11 +312,11 @@ func startUserSystemd(t *testing.T, userHome string) *userSystemd {
 		}
 	}
 	if bin == "" {
-		unavailable(t, "no systemd, systemctl, unshare or setpriv: run `make deps` (it installs systemd)")
+		needs.Unavailable(t, "no systemd, systemctl, unshare or setpriv: run `make deps` (it installs systemd)")
 	}
 	mnt := cgroup2Mount()
 	if mnt == "" {
-		unavailable(t, "no cgroup2 file system mounted: a systemd user manager needs one")
+		needs.Unavailable(t, "no cgroup2 file system mounted: a systemd user manager needs one")
 	}
 	s := &userSystemd{t: t, runtime: filepath.Join(userHome, "run"), done: make(chan struct{}),
 		cgroup: filepath.Join(mnt, fmt.Sprintf("pybox-test-%d-%d", os.Getpid(), time.Now().UnixNano()))}
@@ -353,7 +354,7 @@ exec setpriv --reuid=%d --regid=%d --clear-groups env -i %s %s --user`,
 		}
 		select {
 		case <-s.done:
-			unavailable(t, "a systemd user manager cannot run here; its log:\n"+s.logTail())
+			needs.Unavailable(t, "a systemd user manager cannot run here; its log:\n"+s.logTail())
 		default:
 		}
 		if time.Now().After(deadline) {

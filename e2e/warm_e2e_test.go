@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of warm boxes: a program in a warm box behaves as in a
 // cold one (`python3 -I -B -c CODE` in a box made for it), every warm box

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The scripted model behind the agent CLIs of agents_e2e_test.go. An
 // agent CLI is pointed at a server on 127.0.0.1 that speaks its vendor's

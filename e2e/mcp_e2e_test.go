@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of `pybox mcp`: the real binary spoken to over stdio by
 // two MCP clients nobody here wrote (the Go SDK's, through its
@@ -34,6 +34,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/host/client"
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -67,7 +68,7 @@ func startMCPVM(t testing.TB) *vmEnv {
 	guestArtifactsForTest(t)
 	mcpVM.once.Do(func() { bootMCPVM(t) })
 	if mcpVM.skip != "" {
-		unavailable(t, mcpVM.skip)
+		needs.Unavailable(t, mcpVM.skip)
 	}
 	if mcpVM.err != nil {
 		t.Fatal(mcpVM.err)
@@ -112,7 +113,7 @@ func needImage(t *testing.T, e *vmEnv, name string) {
 			return
 		}
 	}
-	unavailable(t, fmt.Sprintf("the VM has no %s image: build it (make images) and start the VM with it", name))
+	needs.Unavailable(t, fmt.Sprintf("the VM has no %s image: build it (make images) and start the VM with it", name))
 }
 
 // noVMEnv is a PYBOX_HOME with no VM in it.
@@ -987,10 +988,10 @@ type tsOutput struct {
 // against `pybox mcp OPTS` with the given steps.
 func tsClient(t *testing.T, e *vmEnv, opts []string, steps []map[string]any) *tsOutput {
 	t.Helper()
-	dir, _ := filepath.Abs(filepath.Join("..", "..", "host", "mcp", "testdata", "tsclient"))
+	dir, _ := filepath.Abs(filepath.Join("..", "host", "mcp", "testdata", "tsclient"))
 	node, err := exec.LookPath("node")
 	if _, serr := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil || serr != nil {
-		unavailable(t, "no node or no TypeScript SDK: run `make deps` (it runs npm ci in host/mcp/testdata/tsclient)")
+		needs.Unavailable(t, "no node or no TypeScript SDK: run `make deps` (it runs npm ci in host/mcp/testdata/tsclient)")
 	}
 	b, _ := json.Marshal(steps)
 	cmd := exec.Command(node, append([]string{filepath.Join(dir, "client.mjs"), string(b), "--", e.bin, "mcp"}, opts...)...)
@@ -1146,7 +1147,7 @@ func BenchmarkRunClient(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer c.Close()
-		r := &wire.Run{RunID: newRunID(), Code: "print(1)", Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
+		r := &wire.Run{RunID: wire.NewRunID(""), Code: "print(1)", Image: "stdlib", TimeoutSeconds: 2, MaxOutputBytes: 4096}
 		if res, err := c.Run(context.Background(), mustCheck(b, r)); err != nil || res.Receipt.Status != wire.StatusOK {
 			b.Fatalf("%v %+v", err, res)
 		}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests: the real pybox binary, the real kernel and initramfs
 // from build/x86_64/ (or $PYBOX_KERNEL / $PYBOX_INITRAMFS), real QEMU
@@ -29,6 +29,7 @@ import (
 	"pybox/host/supervisor"
 	"pybox/host/vm"
 	"pybox/shared/frame"
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -37,6 +38,14 @@ var (
 	binPath   string
 	buildErr  error
 	buildDir  string
+)
+
+// The exit statuses of the pybox command: 0 done, 1 failed, 2 a usage
+// error (nothing ran).
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
 )
 
 // atExit holds what must stop after the last test: a VM that several
@@ -54,17 +63,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// unavailable stops a test that lacks something it needs, with why and
-// the fix: a skip on a developer's machine, a failure in CI, where a
-// skipped test would hide that nothing was tested.
-func unavailable(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
-
 // guestArtifactsForTest finds the kernel and initramfs, or stops the test:
 // a skip with the fix when they are missing, and a failure in CI, where
 // a skipped suite would hide that nothing was tested.
@@ -74,17 +72,17 @@ func guestArtifactsForTest(t testing.TB) (string, string) {
 		if p := os.Getenv(env); p != "" {
 			return p
 		}
-		p, _ := filepath.Abs(filepath.Join("..", "..", "build", "x86_64", name))
+		p, _ := filepath.Abs(filepath.Join("..", "build", "x86_64", name))
 		return p
 	}
 	k, i := pick("PYBOX_KERNEL", "bzImage"), pick("PYBOX_INITRAMFS", "initramfs.cpio")
 	for _, p := range []string{k, i} {
 		if _, err := os.Stat(p); err != nil {
-			unavailable(t, fmt.Sprintf("no %s: run `make` first (it builds the kernel and the initramfs), or set PYBOX_KERNEL and PYBOX_INITRAMFS", p))
+			needs.Unavailable(t, fmt.Sprintf("no %s: run `make` first (it builds the kernel and the initramfs), or set PYBOX_KERNEL and PYBOX_INITRAMFS", p))
 		}
 	}
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		unavailable(t, "no qemu-system-x86_64: run `make deps`")
+		needs.Unavailable(t, "no qemu-system-x86_64: run `make deps`")
 	}
 	return k, i
 }
@@ -98,7 +96,7 @@ func pyboxBin(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(buildDir, "pybox")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binPath, "pybox/cmd/pybox").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -445,7 +443,7 @@ func TestVMStartRefusesDamagedImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if missing != "" {
-		unavailable(t, missing)
+		needs.Unavailable(t, missing)
 	}
 	// A copy: the user's own image stays whole.
 	dst := filepath.Join(paths.ImagesDir(e.home), "stdlib")
@@ -626,7 +624,7 @@ func linkImages(t testing.TB, e *vmEnv, names ...string) {
 		t.Fatal(err)
 	}
 	if missing != "" {
-		unavailable(t, missing)
+		needs.Unavailable(t, missing)
 	}
 }
 

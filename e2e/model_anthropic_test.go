@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The scripted model speaking Anthropic's Messages API (POST
 // /v1/messages, streamed as server-sent events when asked), for Claude

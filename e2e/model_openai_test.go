@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The scripted model speaking OpenAI's Responses API (POST /v1/responses,
 // streamed as server-sent events), for Codex CLI.

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // An image file someone handed you is untrusted input: importing, booting
 // and using one cannot reach a data folder it was not given, hang the
@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -98,7 +99,7 @@ func hostileImage(t *testing.T, e *vmEnv, plant func(tree string)) string {
 	t.Helper()
 	for _, tool := range []string{"fsck.erofs", "mkfs.erofs"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			unavailable(t, tool+" is missing (make deps installs erofs-utils)")
+			needs.Unavailable(t, tool+" is missing (make deps installs erofs-utils)")
 		}
 	}
 	dir := t.TempDir()

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The hostile suite, program side: each
 // class of attack runs for real in the box through `pybox run --json`,

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The warm part of `make bench`: the same calls, in one run, on a VM
 // with warm boxes (the default) and on one without (--warm 0), the two

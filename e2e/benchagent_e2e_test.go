@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"os"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -16,9 +17,9 @@ import (
 // run. Its seal switch works only here.
 func TestBenchAgentRunsNothing(t *testing.T) {
 	guestArtifactsForTest(t)
-	initramfs, _ := filepath.Abs(filepath.Join("..", "..", "build", "x86_64", "bench", "initramfs.cpio"))
+	initramfs, _ := filepath.Abs(filepath.Join("..", "build", "x86_64", "bench", "initramfs.cpio"))
 	if _, err := os.Stat(initramfs); err != nil {
-		unavailable(t, "no "+initramfs+": run `make bench-guest` (make test builds it)")
+		needs.Unavailable(t, "no "+initramfs+": run `make bench-guest` (make test builds it)")
 	}
 	e := newVMEnv(t)
 	linkImages(t, e, "stdlib")

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // BenchmarkReport is `make bench` (scripts/bench.sh runs it once, with
 // -benchtime=1x): PyBox and the alternatives a user would pick instead,
@@ -182,7 +182,7 @@ func BenchmarkReport(b *testing.B) {
 	}
 	out := os.Getenv("BENCH_OUT")
 	if out == "" {
-		out, _ = filepath.Abs(filepath.Join("..", "..", "build", "bench"))
+		out, _ = filepath.Abs(filepath.Join("..", "build", "bench"))
 	}
 	k := readKnobs()
 	r := &benchReport{Date: time.Now().UTC().Format(time.RFC3339), Knobs: k,
@@ -258,7 +258,7 @@ func alternatives() []alternative {
 	py := "/usr/bin/python3"
 	bwrap := []string{"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", py, "-c"}
 	runsc := []string{"runsc", "--network=none", "do", py, "-c"}
-	node, _ := filepath.Abs(filepath.Join("..", "..", "scripts", "bench", "pyodide", "run.mjs"))
+	node, _ := filepath.Abs(filepath.Join("..", "scripts", "bench", "pyodide", "run.mjs"))
 	return []alternative{
 		{"bare python3 (host, the floor)", []string{py, "-c"}, py, true, "/usr/bin/python3 -c CODE"},
 		{"bubblewrap, fresh namespaces per call", bwrap, "bwrap", true, "bwrap --unshare-all --ro-bind / / ... python3 -c CODE"},
@@ -620,7 +620,7 @@ func benchPaths(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv, m *mcpSess
 	r.add(newFigure("pybox", "ping round trip (host → supervisor → guest agent → back)", "ms", ping, "no program work"))
 
 	clientRun := func(code string) (float64, *wire.Receipt) {
-		run := &wire.Run{RunID: newRunID(), Code: code, Image: "stdlib", TimeoutSeconds: 10, MaxOutputBytes: 4096}
+		run := &wire.Run{RunID: wire.NewRunID(""), Code: code, Image: "stdlib", TimeoutSeconds: 10, MaxOutputBytes: 4096}
 		t0 := time.Now()
 		res, err := c.Run(ctx, mustCheck(b, run))
 		d := msSince(t0)
@@ -735,7 +735,7 @@ func benchBare(b *testing.B, r *benchReport, k benchKnobs, e *vmEnv) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	run := &wire.Run{RunID: newRunID(), Code: fmt.Sprintf(bareInBox, k.Runs), Image: "stdlib", TimeoutSeconds: 30, MaxOutputBytes: 4096}
+	run := &wire.Run{RunID: wire.NewRunID(""), Code: fmt.Sprintf(bareInBox, k.Runs), Image: "stdlib", TimeoutSeconds: 30, MaxOutputBytes: 4096}
 	res, err := c.Run(context.Background(), mustCheck(b, run))
 	if err != nil || res.Receipt.Status != wire.StatusOK {
 		b.Fatalf("bare python3 in the box: %v %+v", err, res)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The data part of `make bench`: how soon a VM given a large data folder
 // serves its first call on it, and how fast a box reads a large file from

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of data folders (host folders the user named, read
 // only in the box at /data/NAME) and the output folder (everything a
@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -98,7 +99,7 @@ func foldersVM(t *testing.T) (*vmEnv, *folders) {
 	}
 	unix.Mkfifo(filepath.Join(f.hostile, "fifo"), 0o644)
 	if err := unix.Mknod(filepath.Join(f.hostile, "null-device"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-		unavailable(t, "making a device node needs root: "+err.Error())
+		needs.Unavailable(t, "making a device node needs root: "+err.Error())
 	}
 	os.WriteFile(filepath.Join(f.linked, "fine.txt"), []byte("fine\n"), 0o644)
 	if err := os.Link(outside, filepath.Join(f.linked, "hardlink")); err != nil {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of the sealed box: programs run through the
 // real `pybox run --json` against one real VM with the stdlib image, and
@@ -35,6 +35,7 @@ import (
 	"pybox/host/image"
 	"pybox/host/paths"
 	"pybox/host/vm"
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -59,7 +60,7 @@ func boxVM(t *testing.T) *vmEnv {
 	guestArtifactsForTest(t)
 	sharedVM.once.Do(func() { startBoxVM(t) })
 	if sharedVM.skip != "" {
-		unavailable(t, sharedVM.skip)
+		needs.Unavailable(t, sharedVM.skip)
 	}
 	if sharedVM.err != nil {
 		t.Fatal(sharedVM.err)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests that every run ends within its bound (the timeout plus
 // the allowances of shared/wire/bound.go), however a program tries to

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests that nothing a program prints or names acts on the
 // user's terminal or files: `pybox run` on a real pseudo-terminal, --out
@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -32,7 +33,7 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		unavailable(t, "no pseudo-terminals here: "+err.Error())
+		needs.Unavailable(t, "no pseudo-terminals here: "+err.Error())
 	}
 	var unlock int32
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, m.Fd(), unix.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); errno != 0 {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests with the agent CLIs people use: Claude Code, Codex
 // CLI and Gemini CLI, and the MCP Inspector's CLI mode. They come from
@@ -22,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pybox/shared/needs"
 )
 
 // agentTimeout bounds one CLI session: a few calls of run_python, one of
@@ -328,7 +330,7 @@ func agentBin(t *testing.T, name string) string {
 	t.Helper()
 	p := filepath.Join(agentBinDir(), name)
 	if _, err := os.Stat(p); err != nil {
-		unavailable(t, "no "+p+": run `make deps` (it runs npm ci in cmd/pybox/testdata/agents)")
+		needs.Unavailable(t, "no "+p+": run `make deps` (it runs npm ci in e2e/testdata/agents)")
 	}
 	return p
 }
