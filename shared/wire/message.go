@@ -201,7 +201,7 @@ func Encode(m *Message) ([]byte, error) {
 	p := make([]byte, headerSize, headerSize+64)
 	p[0] = byte(kind)
 	binary.BigEndian.PutUint64(p[1:], m.ID)
-	if body := m.body(); body != nil {
+	if body := m.body(false); body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -222,30 +222,40 @@ func EncodeRaw(typ string, id uint64, body []byte) []byte {
 	return append(p, body...)
 }
 
-// body is the body m's type carries, or nil.
-func (m *Message) body() any {
-	var body any
+// body is the body m's type carries, or nil. With fill, an empty one is
+// made first, for a decoder to fill.
+func (m *Message) body(fill bool) any {
 	switch m.Type {
 	case TypeHello:
-		body = m.Hello
+		return slot(&m.Hello, fill)
 	case TypeRun:
-		body = m.Run
+		return slot(&m.Run, fill)
 	case TypeReceipt:
-		body = m.Result
+		return slot(&m.Result, fill)
 	case TypeCancel:
-		body = m.Cancel
+		return slot(&m.Cancel, fill)
 	case TypeError:
-		body = m.Error
+		return slot(&m.Error, fill)
 	case TypeOutput:
-		body = m.Output
+		return slot(&m.Output, fill)
 	case TypePong:
-		if m.Status != nil {
-			body = m.Status
-		}
+		return slot(&m.Status, fill)
 	case TypeFacts:
-		body = m.Facts
+		return slot(&m.Facts, fill)
 	}
-	return body
+	return nil
+}
+
+// slot is the body *field points to (nil as an untyped nil), made first
+// when asked.
+func slot[T any](field **T, fill bool) any {
+	if fill {
+		*field = new(T)
+	}
+	if *field == nil {
+		return nil
+	}
+	return *field
 }
 
 // Peek reads a frame's header: the message type and ID, checked, and
@@ -283,35 +293,8 @@ func Decode(p []byte) (*Message, error) {
 		return nil, err
 	}
 	m := &Message{Type: typ, ID: id}
-	var body any
-	switch typ {
-	case TypeHello:
-		m.Hello = &Hello{}
-		body = m.Hello
-	case TypeRun:
-		m.Run = &Run{}
-		body = m.Run
-	case TypeReceipt:
-		m.Result = &Result{}
-		body = m.Result
-	case TypeCancel:
-		m.Cancel = &Cancel{}
-		body = m.Cancel
-	case TypeError:
-		m.Error = &Error{}
-		body = m.Error
-	case TypeOutput:
-		m.Output = &OutputChunk{}
-		body = m.Output
-	case TypeFacts:
-		m.Facts = &HostFacts{}
-		body = m.Facts
-	case TypePong:
-		if len(p) > headerSize {
-			m.Status = &AgentStatus{}
-			body = m.Status
-		}
-	}
+	// A pong's status may be left out.
+	body := m.body(typ != TypePong || len(p) > headerSize)
 	rest := p[headerSize:]
 	switch {
 	case body == nil && len(rest) > 0:

@@ -163,8 +163,8 @@ func TestEncodeDecodePeek(t *testing.T) {
 			t.Fatalf("Decode: %+v %v", back, err)
 		}
 		m.ID = 99
-		a, _ := json.Marshal(m.body())
-		b, _ := json.Marshal(back.body())
+		a, _ := json.Marshal(m.body(false))
+		b, _ := json.Marshal(back.body(false))
 		if !bytes.Equal(a, b) {
 			t.Errorf("body %s came back as %s", a, b)
 		}
