@@ -103,8 +103,8 @@ as data folder NAME (nothing is copied; before each run that names it the
 folder is walked, to count it and check it); a box sees it at /data/NAME,
 and only when its call asks for it.
 
-The VM gives freed memory back to the host: what a run allocated returns
-a few seconds after its box is removed (--keep-memory turns this off).
+The VM gives memory back to the host once it has run nothing for 15 s:
+what runs allocated, and its page cache (--keep-memory turns this off).
 --memory is a ceiling: the guest's memory, its warm boxes, a run's 512 MiB
 and the cache that fills the rest; pybox vm status shows how it is spent.
 

@@ -67,6 +67,9 @@ type Config struct {
 	// Watchdog is how long a run may take before the agent tears its box
 	// down; nil means its bound, wire.RunBound plus wire.WatchdogGrace.
 	Watchdog func(r *wire.Run) time.Duration
+	// Idle, when set, is how the guest gives freed memory back to the
+	// host while no run comes (see Idle).
+	Idle *Idle
 }
 
 // Agent serves the host. Its methods are safe for concurrent use.
@@ -78,7 +81,8 @@ type Agent struct {
 
 	mu      sync.Mutex
 	current *activeRun
-	broken  error // set when the box code panicked: refuse runs
+	idle    *idler // nil when the guest keeps its memory
+	broken  error  // set when the box code panicked: refuse runs
 	// stuck names a run the watchdog tore down whose Run has not
 	// returned yet: the box is still held, so runs are refused.
 	stuck     string
@@ -121,7 +125,7 @@ func New(cfg Config) *Agent {
 	if cfg.Watchdog == nil {
 		cfg.Watchdog = func(r *wire.Run) time.Duration { return r.Bound() + wire.WatchdogGrace }
 	}
-	a := &Agent{cfg: cfg, images: map[string]wire.ImageInfo{}, started: time.Now()}
+	a := &Agent{cfg: cfg, images: map[string]wire.ImageInfo{}, started: time.Now(), idle: newIdler(cfg.Idle, cfg.Logf)}
 	for _, img := range cfg.Images {
 		a.images[img.Name] = img
 	}

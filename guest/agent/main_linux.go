@@ -50,13 +50,15 @@ func Main() {
 	if err != nil {
 		fatal(log, fmt.Errorf("agent: read the kernel command line: %w", err))
 	}
+	var idle *Idle
 	if order, ok, err := boot.ParseReportOrder(string(cmdline)); err != nil {
 		log.Printf("agent: %v", err)
 	} else if ok {
-		if err := boot.ReportFreeMemory(order); err != nil {
+		if err := boot.StopReporting(); err != nil {
 			log.Printf("agent: %v: freed memory stays with the VM", err)
 		} else {
-			log.Printf("agent: free memory in blocks of %d KiB and up goes back to the host", 4<<order)
+			idle = &Idle{Busy: boot.StopReporting, GiveBack: func() error { return boot.ReportFreeMemory(order) }}
+			log.Printf("agent: after %v without a run, the page cache is dropped and free memory in blocks of %d KiB and up goes back to the host", IdleAfter, 4<<order)
 		}
 	}
 	accel := boot.ParseAccel(string(cmdline))
@@ -83,6 +85,7 @@ func Main() {
 		PowerOff: func() { log.Printf("agent: powering off"); log.Flush(time.Second); boot.PowerOff() },
 		Files:    os.DirFS("/"),
 		LogLines: log.Lines,
+		Idle:     idle,
 	})
 
 	// The warm boxes start after the images were read into the page

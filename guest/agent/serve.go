@@ -180,6 +180,7 @@ func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
 	ar := &activeRun{id: r.RunID, image: r.Image, conn: c, cancel: cancel,
 		started: time.Now(), done: make(chan struct{})}
 	a.current = ar
+	a.idle.started()
 	a.logf("agent: run %s started (image %s, timeout %gs)", r.RunID, r.Image, r.TimeoutSeconds)
 	go a.run(ctx, ar, id, r)
 	return nil
@@ -330,6 +331,7 @@ func (a *Agent) finish(ar *activeRun, res *wire.Result, e *wire.Error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.current = nil
+	a.idle.ended()
 	if res != nil {
 		a.last = res
 	}

@@ -11,7 +11,7 @@ import (
 // to BalloonTarget, and raised back to the whole when a run starts.
 const (
 	// BalloonIdle is how long the guest must have run nothing.
-	BalloonIdle = 30 * time.Second
+	BalloonIdle = 15 * time.Second
 	// balloonHeadroom is kept above what the guest uses and a run's
 	// limit: page cache for the images' hot files, and the guest
 	// kernel's own growth while a run starts.

@@ -243,19 +243,21 @@ func KernelCmdline(cfg Config, accel string) string {
 	}
 	if !cfg.KeepMemory && accel != "vz" {
 		// Free page reporting (QEMU's balloon; vz's has none) gives
-		// back free blocks of at least 2^order pages. The default order
-		// (9: 2 MiB) leaves out the free memory that runs scatter in
-		// smaller blocks, which this kernel cannot compact; 128 KiB
-		// blocks take most of it back.
+		// back free blocks of at least 2^order pages, once the guest is
+		// idle. The default order (9: 2 MiB) leaves out the free memory
+		// that runs scatter in smaller blocks, which this kernel cannot
+		// compact; 128 KiB blocks take most of it back.
 		args = append(args, "pybox.report_order="+strconv.Itoa(reportOrder))
 	}
 	return strings.Join(args, " ")
 }
 
 // reportOrder is the smallest free block reported, as a power of two of
-// pages: 5 is 128 KiB. Measured with pandas calls on the data image, the
-// guest's RAM on the host came back to within 50 MiB of just booted, where
-// order 9 gave back almost nothing; calls took as long either way.
+// pages: 5 is 128 KiB. The guest reports only once it has run nothing for
+// a while (reporting while runs came made data calls about a quarter
+// slower under TCG). Measured with pandas calls on the data image, order
+// 5 brought the guest's RAM on the host back to within 50 MiB of just
+// booted, where the kernel's default, 9, gave back almost nothing.
 const reportOrder = 5
 
 // PidFile is where the VM process writes its pid. Its path in the VM

@@ -170,9 +170,9 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	}
 	if !cfg.KeepMemory {
 		// Free page reporting: the guest kernel tells QEMU which pages
-		// it freed (in blocks of 128 KiB and up, a few seconds after), and QEMU
-		// drops them, so what a run allocated goes back to the host once
-		// its box is removed.
+		// are free (in blocks of 128 KiB and up, once the guest has run
+		// nothing for 15 s), and QEMU drops them, so what runs allocated
+		// goes back to the host when the VM is idle.
 		args = append(args, "-device", "virtio-balloon"+k.suffix+",free-page-reporting=on")
 	}
 	if cfg.Channel == ChannelVsock {
