@@ -469,11 +469,19 @@ func (c *conn) markCancelled(params json.RawMessage) {
 		RequestID any `json:"requestId"`
 	}
 	json.Unmarshal(params, &p)
-	if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
-		c.mu.Lock()
-		c.cancelled[id] = true
-		c.mu.Unlock()
+	id, err := jsonrpc.MakeID(p.RequestID)
+	if err != nil {
+		return
 	}
+	if *flaw == "answers-cancelled" {
+		// Answer the cancelled call at once, whatever the SDK then does
+		// with the handler's own answer: the flaw must show every time.
+		c.Write(context.Background(), &jsonrpc.Response{ID: id, Result: json.RawMessage(`{"content":[{"type":"text","text":"cancelled"}]}`)})
+		return
+	}
+	c.mu.Lock()
+	c.cancelled[id] = true
+	c.mu.Unlock()
 }
 
 func (c *conn) Read(ctx context.Context) (jsonrpc.Message, error) {
