@@ -16,6 +16,13 @@ packages=(
   linux-source build-essential flex bison bc libelf-dev libssl-dev lz4 xz-utils cpio
   # images
   mmdebstrap erofs-utils squashfs-tools
+  # images for another architecture (make images ARCH=arm64 on x86-64):
+  # mmdebstrap runs their programs through qemu-user, which the kernel
+  # starts through binfmt_misc (registered below), and checks with
+  # arch-test that it works
+  qemu-user-static binfmt-support arch-test
+  # the arm64 guest (make test-arm64)
+  qemu-system-arm gcc-aarch64-linux-gnu
   # the seccomp policy compiler (cgo, build time only)
   libseccomp-dev pkg-config
   # the end-to-end test of the user service runs a real systemd user
@@ -47,4 +54,29 @@ for dir in $(cd "$here" && git ls-files '*package.json' 2>/dev/null || true); do
   echo "deps: npm ci in $(dirname "$dir")"
   (cd "$here/$(dirname "$dir")" && npm ci --no-audit --no-fund --loglevel=error)
 done
+# qemu-user-static registers its interpreters with binfmt_misc when it is
+# installed, and systemd mounts binfmt_misc at boot; a machine without
+# systemd (a container) has neither done for it. Builds for this
+# machine's own architecture need none of it, so this comes last.
+if [ "$(uname -m)" = x86_64 ]; then
+  binfmt=/proc/sys/fs/binfmt_misc
+  if [ ! -e "$binfmt/status" ]; then
+    echo "deps: mount -t binfmt_misc binfmt_misc $binfmt"
+    if ! mount -t binfmt_misc binfmt_misc "$binfmt"; then
+      echo "deps: cannot mount binfmt_misc on $binfmt, so arm64 images cannot be built on this machine (x86_64 ones can):" \
+        "as root on a machine that allows it: mount -t binfmt_misc binfmt_misc $binfmt && update-binfmts --enable qemu-aarch64" \
+        "(in a container: give it the privilege to, or register qemu-user-static's interpreters on its host)" >&2
+      exit 1
+    fi
+  fi
+  if [ "$(head -n 1 "$binfmt/qemu-aarch64" 2>/dev/null)" != enabled ]; then
+    echo "deps: update-binfmts --enable qemu-aarch64"
+    update-binfmts --enable qemu-aarch64 || true
+  fi
+  if [ "$(head -n 1 "$binfmt/qemu-aarch64" 2>/dev/null)" != enabled ]; then
+    echo "deps: qemu-aarch64 is not registered with binfmt_misc, so arm64 images cannot be built on this machine (x86_64 ones can):" \
+      "see \`update-binfmts --display qemu-aarch64\`; reinstalling qemu-user-static (apt-get install --reinstall qemu-user-static) registers it again" >&2
+    exit 1
+  fi
+fi
 echo "deps: done"

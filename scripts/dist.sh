@@ -53,7 +53,7 @@ fi
 
 for image in stdlib data; do
   echo "dist: images/$image.pybox-image"
-  bin/pybox image export "$image" "$stage/images/$image.pybox-image" >/dev/null
+  bin/pybox image export "$image" "$stage/images/$image.pybox-image" --arch "$arch" >/dev/null
 done
 
 sed -e "s/@VERSION@/$version/g" -e "s/@ARCH@/$arch/g" scripts/dist-INSTALL.txt > "$stage/INSTALL"

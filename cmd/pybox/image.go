@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/host/image"
 	"pybox/host/vm"
 )
@@ -41,6 +43,10 @@ matplotlib) are built in; you can build your own on top of them. They live
 in $PYBOX_HOME/images; builds are cached in $PYBOX_CACHE/images. Export
 moves one to another machine as one file; import needs no root.
 
+Each image is built for one architecture, x86_64 or arm64 (--arch; this
+machine's, `+archs.Host()+`, by default): the store keeps an image of each
+apart, and a VM attaches those of its own.
+
 commands:
 `)
 	printCommands(w, imageCommands)
@@ -54,7 +60,7 @@ func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 func imageBuild(args []string) int {
-	fs := flags("image build", "NAME [--suite SUITE] [--from BASE] [--apt PKG]... [--wheel FILE.whl]... [--add SRC:DEST]... [--preload MODULES]", `
+	fs := flags("image build", "NAME [--arch ARCH] [--suite SUITE] [--from BASE] [--apt PKG]... [--wheel FILE.whl]... [--add SRC:DEST]... [--preload MODULES]", `
 Build an image and put it in the store. A built-in name (stdlib, data)
 builds that image from its recipe, from Debian 13 (trixie: Python 3.13,
 numpy 2, pandas 2, matplotlib 3.10) unless --suite bookworm asks for Debian
@@ -71,9 +77,16 @@ For example:
 
 Building needs root (mmdebstrap, chroot) and takes minutes; the same recipe
 again is a cache hit and takes a second. Progress goes to stderr. A failed
-or interrupted build (Ctrl-C) stores nothing and says why.`)
+or interrupted build (Ctrl-C) stores nothing and says why.
+
+--arch builds for another architecture than this machine's (arm64 on an
+x86-64 machine, for an arm64 VM): its programs run through qemu-user
+(packages qemu-user-static, binfmt-support and arch-test; `+"`make deps`"+`
+installs them), several times slower. A user image's base must be built
+for the same architecture.`)
 	from := fs.String("from", "", "the image to start from: stdlib (default), data, or one you built")
 	suite := fs.String("suite", "", "the Debian suite: trixie (the default for built-in images) or bookworm; your own images inherit their base's")
+	arch := archFlag(fs, "the architecture to build for")
 	var apt, wheels, adds repeated
 	fs.Var(&apt, "apt", "install a Debian package, e.g. python3-tabulate (repeatable)")
 	fs.Var(&wheels, "wheel", "install a pure-Python wheel file, …-none-any.whl (repeatable)")
@@ -97,16 +110,19 @@ or interrupted build (Ctrl-C) stores nothing and says why.`)
 	if err := image.CheckMirror(*mirror); err != nil {
 		return usageError(fs, "%v", err)
 	}
+	if err := image.CheckArch(*arch); err != nil {
+		return usageError(fs, "%v", err)
+	}
 	var r *image.Recipe
 	if image.IsBuiltIn(name) {
 		if *from != "" || len(apt)+len(wheels)+len(adds) > 0 || *preload != "" {
-			return usageError(fs, "%s is a built-in image: build it with no flags but --suite, or give your own image another name", name)
+			return usageError(fs, "%s is a built-in image: build it with no flags but --suite and --arch, or give your own image another name", name)
 		}
 		r, _ = image.BuiltIn(name, *suite)
 	} else if r, err = image.UserRecipe(name, *from, *suite, apt, wheels, adds, splitList(*preload)); err != nil {
 		return fail("%v", err)
 	}
-	b, err := newBuilder(*mirror, *noCache)
+	b, err := newBuilder(*arch, *mirror, *noCache)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -120,12 +136,18 @@ or interrupted build (Ctrl-C) stores nothing and says why.`)
 	if res.CacheHit {
 		how = "cache hit"
 	}
-	showf(os.Stdout, "%s %s %s, Python %s from %s (%s, %s)\n", res.Meta.Name, res.Meta.Digest, mibs(res.Meta.Size), res.Meta.Python, res.Meta.Suite,
-		how, time.Duration(res.Seconds*float64(time.Second)).Round(100*time.Millisecond))
+	showf(os.Stdout, "%s %s %s, Python %s from %s for %s (%s, %s)\n", res.Meta.Name, res.Meta.Digest, mibs(res.Meta.Size), res.Meta.Python, res.Meta.Suite,
+		res.Meta.Arch, how, time.Duration(res.Seconds*float64(time.Second)).Round(100*time.Millisecond))
 	return exitOK
 }
 
-func newBuilder(mirror string, noCache bool) (*image.Builder, error) {
+// archFlag is the --arch flag of the image commands: this machine's
+// architecture unless given.
+func archFlag(fs *flag.FlagSet, what string) *string {
+	return fs.String("arch", archs.Host(), what+": "+strings.Join(archs.All, " or "))
+}
+
+func newBuilder(arch, mirror string, noCache bool) (*image.Builder, error) {
 	h, err := home()
 	if err != nil {
 		return nil, err
@@ -134,14 +156,15 @@ func newBuilder(mirror string, noCache bool) (*image.Builder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &image.Builder{Home: h, Cache: c, Mirror: mirror, Progress: os.Stderr, NoCache: noCache}, nil
+	return &image.Builder{Home: h, Cache: c, Arch: arch, Mirror: mirror, Progress: os.Stderr, NoCache: noCache}, nil
 }
 
 // imageListCmd is `pybox image list` (imageList, in vm.go, formats a VM's images).
 func imageListCmd(args []string) int {
 	fs := flags("image list", "[--json]", `
-List the images in the store: name, digest (short), size, Python version,
-Debian suite, main packages, and when each was built.`)
+List the images in the store, of every architecture: name, architecture,
+digest (short), size, Python version, Debian suite, main packages, and when
+each was built.`)
 	asJSON := fs.Bool("json", false, "print each image's meta.json as a JSON array")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
@@ -176,11 +199,11 @@ Debian suite, main packages, and when each was built.`)
 // shift the columns.
 func printImages(w io.Writer, entries []image.Entry) []string {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tPYTHON\tSUITE\tPACKAGES\tBUILT")
+	fmt.Fprintln(tw, "NAME\tARCH\tDIGEST\tSIZE\tPYTHON\tSUITE\tPACKAGES\tBUILT")
 	var problems []string
 	for _, e := range entries {
 		if e.Problem != "" {
-			showf(tw, "%s\t-\t-\t-\t-\t-\t-\n", e.Name)
+			showf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\n", e.Name, e.Arch)
 			problems = append(problems, e.Problem)
 			continue
 		}
@@ -188,7 +211,7 @@ func printImages(w io.Writer, entries []image.Entry) []string {
 		if suite == "" {
 			suite = "?" // built before pybox recorded it
 		}
-		showf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Digest[:min(12, len(e.Digest))], mibs(e.Size), e.Python, suite,
+		showf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Arch, e.Digest[:min(12, len(e.Digest))], mibs(e.Size), e.Python, suite,
 			packagesColumn(e.Main), e.BuiltAt.Local().Format("2006-01-02 15:04"))
 	}
 	tw.Flush()
@@ -216,10 +239,12 @@ func packagesColumn(ps []image.Package) string {
 }
 
 func imageInspect(args []string) int {
-	fs := flags("image inspect", "NAME [--verify]", `
-Print an image's meta.json: digest, size, base, recipe and its hash, Python
-version, Debian suite, packages, wheels, checks, and when it was built.`)
+	fs := flags("image inspect", "NAME [--arch ARCH] [--verify]", `
+Print an image's meta.json: digest, size, architecture, base, recipe and its
+hash, Python version, Debian suite, packages, wheels, checks, and when it was
+built.`)
 	verify := fs.Bool("verify", false, "also check the image file against its digest (reads it whole)")
+	arch := archFlag(fs, "the architecture of the image")
 	pos, code, err := parse(fs, args)
 	if err != nil {
 		return code
@@ -231,24 +256,27 @@ version, Debian suite, packages, wheels, checks, and when it was built.`)
 	if err != nil {
 		return fail("%v", err)
 	}
-	m, err := image.Inspect(h, pos[0])
+	m, err := image.Inspect(h, pos[0], *arch)
 	if err != nil {
 		return fail("%v", err)
 	}
 	if *verify {
-		if err := image.VerifyFile(image.Path(h, m.Name), m.Digest); err != nil {
-			return fail("%v: rebuild it with `pybox image build %s`", err, m.Name)
+		p := image.Path(h, m.Name, m.Arch)
+		if err := image.VerifyFile(p, m.Digest); err != nil {
+			return fail("%v: rebuild it with `pybox image build %s --arch %s`", err, m.Name, m.Arch)
 		}
-		say(image.Path(h, m.Name) + ": digest verified")
+		say(p + ": digest verified")
 	}
 	printJSON(m)
 	return exitOK
 }
 
 func imageRemove(args []string) int {
-	fs := flags("image rm", "NAME...", `
-Remove images from the store (their cached builds stay in $PYBOX_CACHE).
-An image the running VM has attached is not removed: stop the VM first.`)
+	fs := flags("image rm", "NAME... [--arch ARCH]", `
+Remove images from the store (their cached builds stay in $PYBOX_CACHE):
+their builds for one architecture; those for another stay. An image the
+running VM has attached is not removed: stop the VM first.`)
+	arch := archFlag(fs, "the architecture of the images to remove")
 	pos, code, err := parse(fs, args)
 	if err != nil {
 		return code
@@ -262,24 +290,30 @@ An image the running VM has attached is not removed: stop the VM first.`)
 	}
 	status := exitOK
 	for _, name := range pos {
-		if err := image.Remove(h, name); err != nil {
+		if err := image.Remove(h, name, *arch); err != nil {
 			status = fail("%v", err)
 			continue
 		}
-		say("removed image " + name)
+		say("removed image " + name + " (" + *arch + ")")
 	}
 	return status
 }
 
-// storeImages resolves `pybox vm start --images` through the image store,
-// checking each file's superblock and sha256; no names means the built-in
-// images that are built.
-func storeImages(home string, names []string) ([]vm.Image, error) {
-	atts, err := image.Resolve(home, names)
+// storeImages resolves `pybox vm start --images` through the image store
+// for a VM of architecture arch (x86_64 or arm64), checking each file's
+// superblock and sha256; no names means the built-in images that are
+// built for arch. A name the store has only for another architecture is
+// an error that says so and how to build it for arch.
+func storeImages(home, arch string, names []string) ([]vm.Image, error) {
+	atts, err := image.Resolve(home, arch, names)
 	if len(names) == 0 && errors.Is(err, image.ErrNotBuilt) {
 		// The VM still boots (and `pybox vm status` works); every run
 		// is refused with a no_image error until an image is attached.
-		fmt.Fprintln(os.Stderr, "pybox: no image is built, so runs will be refused: build them with `make images`")
+		how := "`make images`"
+		if arch != archs.Host() {
+			how = "`make images ARCH=" + arch + "`"
+		}
+		fmt.Fprintf(os.Stderr, "pybox: no image is built for %s, so runs will be refused: build them with %s\n", arch, how)
 		return nil, nil
 	}
 	if err != nil {
@@ -296,12 +330,14 @@ func storeImages(home string, names []string) ([]vm.Image, error) {
 }
 
 func imageExport(args []string) int {
-	fs := flags("image export", "NAME FILE", `
+	fs := flags("image export", "NAME FILE [--arch ARCH]", `
 Write image NAME of the store to FILE as one file that `+"`pybox image import`"+`
 reads on any machine: a plain tar of the image's meta.json and its erofs
 file. The image is checked against its digest on the way, so a damaged
 image is not exported. The same image always gives the same file. FILE
-is replaced once it is whole; it usually ends in `+image.ExportExt+`.`)
+is replaced once it is whole; it usually ends in `+image.ExportExt+`. Its
+meta.json says its architecture, which the import keeps.`)
+	arch := archFlag(fs, "the architecture of the image")
 	pos, code, err := parse(fs, args)
 	if err != nil {
 		return code
@@ -313,7 +349,7 @@ is replaced once it is whole; it usually ends in `+image.ExportExt+`.`)
 	if err != nil {
 		return fail("%v", err)
 	}
-	m, err := image.ExportFile(h, pos[0], pos[1])
+	m, err := image.ExportFile(h, pos[0], *arch, pos[1])
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -326,8 +362,11 @@ func imageImport(args []string) int {
 Put images exported with `+"`pybox image export`"+` into the store. Everything in
 a FILE is checked before the store changes: its format, the image's size,
 its erofs superblock and its sha256 against the digest in its meta.json;
-a damaged file is refused. The same image again changes nothing (and says
-so). A different image of the same name is replaced only with --force;
+a damaged file is refused. An image of any architecture imports, beside
+those of the same name for other architectures (an image exported before
+images recorded theirs is x86_64's). The same image again changes nothing
+(and says so). A different image of the same name and architecture is
+replaced only with --force;
 the running VM keeps the image it has until it is restarted. Needs no
 root and no mmdebstrap: it writes only to $PYBOX_HOME/images.`)
 	name := fs.String("name", "", "store the image under this name instead of the one in FILE (one FILE only)")
@@ -367,9 +406,9 @@ func reportImport(res *image.Imported) {
 	case res.Already:
 		showf(os.Stdout, "image %s sha256 %s is in the store already: nothing changed\n", m.Name, m.Digest)
 	case res.Replaced != "":
-		showf(os.Stdout, "imported %s sha256 %s (%s), replacing sha256 %s\n", m.Name, m.Digest, mibs(m.Size), res.Replaced)
+		showf(os.Stdout, "imported %s sha256 %s (%s, %s), replacing sha256 %s\n", m.Name, m.Digest, mibs(m.Size), m.Arch, res.Replaced)
 	default:
-		showf(os.Stdout, "imported %s sha256 %s (%s)\n", m.Name, m.Digest, mibs(m.Size))
+		showf(os.Stdout, "imported %s sha256 %s (%s, %s)\n", m.Name, m.Digest, mibs(m.Size), m.Arch)
 	}
 	if res.InUse {
 		say(fmt.Sprintf("the running VM still has the previous %s attached: restart it (`pybox vm stop`, then `pybox vm start`) to use this one", m.Name))

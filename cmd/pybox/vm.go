@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/host/guestfiles"
 	"pybox/host/paths"
 	"pybox/host/service"
@@ -114,6 +115,7 @@ With --foreground it stays until the VM is gone, for a service manager
 the VM was asked to stop (this way or by `+"`pybox vm stop`"+`) and 1 when it
 ended by itself, so the manager restarts only a VM that failed.`)
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
+	arch := fs.String("arch", archs.Host(), "guest architecture: x86_64, or arm64 (on Linux emulated by QEMU under tcg, the Mac's guest; its guest files come from `make ARCH=arm64`, its images from `pybox image build NAME --arch arm64`)")
 	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
 	kernel := fs.String("kernel", "", "guest kernel `FILE` (default: $PYBOX_KERNEL, else ../lib/pybox/ARCH/ beside this pybox's real path, else ../build/ARCH/; pybox version shows which)")
@@ -141,13 +143,16 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	if *warm != 0 && *warm != 1 {
 		return usageError(fs, "--warm %d: give 1 (warm boxes) or 0 (every run cold)", *warm)
 	}
-	cfg := vm.Config{MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, NoWarm: *warm == 0, KeepMemory: *keepMemory}
-	gf, err := guestfiles.Find(*kernel, *initramfs)
+	cfg := vm.Config{Arch: *arch, MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, NoWarm: *warm == 0, KeepMemory: *keepMemory}
+	if err := archs.Check(*arch); err != nil {
+		return usageError(fs, "--arch: %v", err)
+	}
+	gf, err := guestfiles.FindArch(*arch, *kernel, *initramfs)
 	if err != nil {
 		return fail("%v", err)
 	}
 	cfg.Kernel, cfg.Initramfs = gf.Kernel.Path, gf.Initramfs.Path
-	if cfg.Images, err = startImages(h, *images, files); err != nil {
+	if cfg.Images, err = startImages(h, *arch, *images, files); err != nil {
 		return fail("%v", err)
 	}
 	cfg.Data = append(cfg.Data, data...)
@@ -192,8 +197,8 @@ ended by itself, so the manager restarts only a VM that failed.`)
 func announce(st *supervisor.State, gf *guestfiles.Files) {
 	// The agent's version, kernel and image names come from the guest's
 	// hello: shown escaped.
-	showf(os.Stdout, "VM running: accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
-		st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
+	showf(os.Stdout, "VM running: %s, accel %s (%s), booted in %.1f s, agent %s (%s), kernel %s, images: %s\n",
+		orDash(st.Arch), st.Accel, st.Machine, float64(st.BootMS)/1000, st.AgentVersion, st.AgentCommit, st.GuestKernel, imageList(st.GuestImages))
 	warnUnsealable(st)
 	if st.Sandbox != vm.SandboxQEMU && st.Accel != "vz" {
 		showf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
@@ -256,12 +261,12 @@ func describeRunning(st *supervisor.State) string {
 }
 
 // startImages resolves --images and --image-file into images with digests.
-func startImages(home, list string, files imageFiles) ([]vm.Image, error) {
+func startImages(home, arch, list string, files imageFiles) ([]vm.Image, error) {
 	var out []vm.Image
 	// With neither --images nor --image-file, the built-in images that
 	// are built (storeImages resolves no names to those).
 	if names := splitList(list); len(names) > 0 || len(files) == 0 {
-		ims, err := storeImages(home, names)
+		ims, err := storeImages(home, arch, names)
 		if err != nil {
 			return nil, err
 		}
@@ -386,6 +391,9 @@ func printStatus(w io.Writer, s *supervisor.Status) {
 	row("supervisor pid", fmt.Sprint(st.SupervisorPid))
 	if st.QEMUPid != 0 {
 		row("qemu pid", fmt.Sprint(st.QEMUPid))
+	}
+	if st.Arch != "" {
+		row("arch", st.Arch)
 	}
 	if st.Accel != "" {
 		row("accel", fmt.Sprintf("%s (%s, %s channel)", st.Accel, st.Machine, st.Channel))

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
+
+	"pybox/host/archs"
 )
 
 // The variables that name the guest files.
@@ -18,21 +19,10 @@ const (
 // InitramfsName is the initramfs's file name wherever guest files sit.
 const InitramfsName = "initramfs.cpio"
 
-// Arch is the guest architecture this pybox boots, as the directories
-// under lib/pybox/ and build/ name it.
-func Arch() string { return archOf(runtime.GOARCH) }
-
-func archOf(goarch string) string {
-	if goarch == "amd64" {
-		return "x86_64"
-	}
-	return goarch
-}
-
 // KernelName is the kernel's file name for arch: the kernel builds a
 // bzImage on x86_64 and an Image on arm64.
 func KernelName(arch string) string {
-	if arch == "x86_64" {
+	if arch == archs.X86_64 {
 		return "bzImage"
 	}
 	return "Image"
@@ -61,22 +51,33 @@ type Files struct {
 // and what was there.
 type NotFoundError struct {
 	What   string // "kernel (bzImage)"
+	Arch   string // "x86_64"
 	Flag   string // "--kernel"
 	Looked []string
 }
 
 func (e *NotFoundError) Error() string {
+	if e.Arch != archs.Host() {
+		return fmt.Sprintf("no %s guest %s for this pybox; looked at:\n  %s\n"+
+			"fix: build them in a checkout with `make guest kernel ARCH=%s`, or pass %s FILE",
+			e.Arch, e.What, strings.Join(e.Looked, "\n  "), e.Arch, e.Flag)
+	}
 	return fmt.Sprintf("no guest %s for this pybox; looked at:\n  %s\n"+
 		"fix: install pybox with its guest files (`make install` in a checkout; a release bundle keeps them in lib/pybox/ beside its bin/pybox), "+
 		"build them in a checkout with `make`, or pass %s FILE",
 		e.What, strings.Join(e.Looked, "\n  "), e.Flag)
 }
 
-// Find finds the guest files for a VM start. kernelFlag and
-// initramfsFlag are the flags' values, "" when not given.
+// Find finds the guest files for a VM start of the host's architecture.
+// kernelFlag and initramfsFlag are the flags' values, "" when not given.
 func Find(kernelFlag, initramfsFlag string) (*Files, error) {
+	return FindArch(archs.Host(), kernelFlag, initramfsFlag)
+}
+
+// FindArch finds the guest files of a guest architecture, x86_64 or arm64.
+func FindArch(arch, kernelFlag, initramfsFlag string) (*Files, error) {
 	exe, err := executable()
-	return find(search{exe: exe, exeErr: err, getenv: os.Getenv, arch: Arch()}, kernelFlag, initramfsFlag)
+	return find(search{exe: exe, exeErr: err, getenv: os.Getenv, arch: arch}, kernelFlag, initramfsFlag)
 }
 
 // executable is the real path of this program, links resolved: a pybox
@@ -120,9 +121,11 @@ type place struct {
 }
 
 func (s search) places(name, flag, env, flagValue string) []place {
-	ps := []place{
-		{from: flag, path: flagValue, explicit: true, unset: "not given"},
-		{from: "$" + env, path: s.getenv(env), explicit: true, unset: "not set"},
+	ps := []place{{from: flag, path: flagValue, explicit: true, unset: "not given"}}
+	// The variables name the host architecture's files: a VM of another
+	// (an arm64 guest emulated on x86-64) does not take them.
+	if s.arch == archs.Host() {
+		ps = append(ps, place{from: "$" + env, path: s.getenv(env), explicit: true, unset: "not set"})
 	}
 	for _, p := range []struct{ from, dir string }{
 		{"installed", filepath.Join("lib", "pybox", s.arch)},
@@ -159,7 +162,7 @@ func (s search) one(name, what, flag, env, flagValue string) (File, error) {
 		}
 		looked = append(looked, fmt.Sprintf("%s: %s: %v", p.from, abs, err))
 	}
-	return File{}, &NotFoundError{What: fmt.Sprintf("%s (%s)", what, name), Flag: flag, Looked: looked}
+	return File{}, &NotFoundError{What: fmt.Sprintf("%s (%s)", what, name), Arch: s.arch, Flag: flag, Looked: looked}
 }
 
 func regular(path string) error {

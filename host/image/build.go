@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"pybox/host/archs"
 )
 
 // EnvCache overrides the cache directory's parent (default ~/.cache/pybox).
@@ -37,8 +39,12 @@ func CacheDir() (string, error) {
 // Builder builds images into the store of Home, caching them by recipe
 // key under Cache.
 type Builder struct {
-	Home     string
-	Cache    string    // see CacheDir
+	Home  string
+	Cache string // see CacheDir
+	// Arch is the architecture the images are built for (see archs.All);
+	// HostArch when empty. Another than this machine's runs the tree's
+	// programs through qemu-user (see emulation).
+	Arch     string
 	Mirror   string    // the Debian archive (see CheckMirror); DefaultMirror when empty
 	Progress io.Writer // stages and counters; nil is silent
 	NoCache  bool      // build even when the cache has the recipe
@@ -66,6 +72,9 @@ func (b *Builder) Build(ctx context.Context, r *Recipe) (*Result, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
+	if err := CheckArch(b.arch()); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(b.Cache, 0o755); err != nil {
 		return nil, fmt.Errorf("image: cache: %w", err)
 	}
@@ -88,6 +97,13 @@ func (b *Builder) workRoot() string { return filepath.Join(b.Cache, "work") }
 func (b *Builder) debs() string     { return filepath.Join(b.Cache, "debs") }
 func (b *Builder) entry(key string) string {
 	return filepath.Join(b.Cache, key)
+}
+
+func (b *Builder) arch() string {
+	if b.Arch != "" {
+		return b.Arch
+	}
+	return archs.Host()
 }
 
 func (b *Builder) mirror() string {
@@ -151,7 +167,10 @@ func (b *Builder) build(ctx context.Context, recipe *Recipe, depth int, store bo
 		r.Suite = DefaultSuite
 	}
 	sources := aptSources(r.Suite, b.mirror())
-	key := r.Key(baseDigest, textSHA256(sources))
+	key, err := r.Key(b.arch(), baseDigest, textSHA256(sources))
+	if err != nil {
+		return nil, fmt.Errorf("image %s for %s: %w", r.Name, b.arch(), err)
+	}
 	if !b.NoCache {
 		if m := b.cached(key); m != nil {
 			return b.finish(&r, m, filepath.Join(b.entry(key), ImageFile), true, start, "", p, store)
@@ -162,6 +181,9 @@ func (b *Builder) build(ctx context.Context, recipe *Recipe, depth int, store bo
 	}
 	if b.steps == nil {
 		if err := checkKeyring(); err != nil {
+			return nil, fmt.Errorf("image %s: %w", r.Name, err)
+		}
+		if err := checkEmulation(b.arch()); err != nil {
 			return nil, fmt.Errorf("image %s: %w", r.Name, err)
 		}
 	}
@@ -200,19 +222,20 @@ type baseImage struct {
 // the default suite, as `make images` would. A user's image is never
 // rebuilt for another suite.
 func (b *Builder) base(ctx context.Context, r *Recipe, depth int, p *progress) (*baseImage, error) {
-	m, err := Inspect(b.Home, r.From)
+	arch := b.arch()
+	m, err := Inspect(b.Home, r.From, arch)
 	if err != nil && !errors.Is(err, ErrNotBuilt) {
 		return nil, fmt.Errorf("image %s: its base: %w", r.Name, err)
 	}
 	if m != nil && m.Suite == "" {
-		return nil, fmt.Errorf("image %s: its base %s was built by an older pybox that did not record its Debian suite: rebuild it with `pybox image build %s`", r.Name, r.From, r.From)
+		return nil, fmt.Errorf("image %s: its base %s was built by an older pybox that did not record its Debian suite: rebuild it with `%s`", r.Name, r.From, buildCommand(r.From, arch))
 	}
 	switch {
 	case m != nil && (r.Suite == "" || r.Suite == m.Suite):
-		if err := VerifyFile(Path(b.Home, r.From), m.Digest); err != nil {
-			return nil, fmt.Errorf("image %s: its base %s: %w: rebuild it with `pybox image build %s`", r.Name, r.From, err, r.From)
+		if err := VerifyFile(Path(b.Home, r.From, arch), m.Digest); err != nil {
+			return nil, fmt.Errorf("image %s: its base %s: %w: rebuild it with `%s`", r.Name, r.From, err, buildCommand(r.From, arch))
 		}
-		return &baseImage{Meta: m, Path: Path(b.Home, r.From)}, nil
+		return &baseImage{Meta: m, Path: Path(b.Home, r.From, arch)}, nil
 	case !IsBuiltIn(r.From) && m != nil:
 		return nil, fmt.Errorf("image %s: its base %s is built from %s, not %s: build it on a %s base, or leave out --suite", r.Name, r.From, m.Suite, r.Suite, r.Suite)
 	case !IsBuiltIn(r.From):
@@ -284,21 +307,21 @@ func (b *Builder) putCache(key, image string, m *Meta) (string, error) {
 func (b *Builder) finish(r *Recipe, m *Meta, img string, hit bool, start time.Time, log string, p *progress, store bool) (*Result, error) {
 	res := &Result{Meta: m, Path: img, CacheHit: hit, Log: log}
 	if store {
-		used, err := InUse(b.Home)
+		used, err := InUse(b.Home, m.Arch)
 		if err != nil {
 			used = map[string]bool{}
 		}
 		if err := install(b.Home, m, img); err != nil {
 			return nil, err
 		}
-		res.Path, res.InUse = Path(b.Home, m.Name), used[r.Name]
+		res.Path, res.InUse = Path(b.Home, m.Name, m.Arch), used[r.Name]
 	}
 	res.Seconds = time.Since(start).Seconds()
 	how := fmt.Sprintf("built in %s", time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Second))
 	if hit {
 		how = fmt.Sprintf("cache hit (%.1fs; first built %s)", res.Seconds, m.BuiltAt.Local().Format("2006-01-02 15:04"))
 	}
-	p.Say("%s: %s, sha256 %s, python %s from %s", how, mib(m.Size), m.Digest[:16], m.Python, m.Suite)
+	p.Say("%s: %s, sha256 %s, python %s from %s for %s", how, mib(m.Size), m.Digest[:16], m.Python, m.Suite, m.Arch)
 	if res.InUse {
 		p.Say("the running VM still has the previous %s attached: restart it (`pybox vm stop`, then `pybox vm start`) to use this one", r.Name)
 	}

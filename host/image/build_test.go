@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/host/paths"
 	"pybox/shared/wire"
 )
@@ -87,7 +88,7 @@ func TestBuildStoresAndCaches(t *testing.T) {
 	if err := VerifyFile(p, digest); err != nil {
 		t.Fatalf("the stored image does not match its meta: %v", err)
 	}
-	m, err := Inspect(b.Home, "stdlib")
+	m, err := Inspect(b.Home, "stdlib", archs.Host())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestBuiltInBaseIsBuiltFirst(t *testing.T) {
 	if ran != 2 {
 		t.Errorf("ran %d builds, want stdlib then tools", ran)
 	}
-	base, err := Inspect(b.Home, "stdlib")
+	base, err := Inspect(b.Home, "stdlib", archs.Host())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestSuites(t *testing.T) {
 	if ran != 2 || res.Meta.Suite != "bookworm" || res.Meta.Base == nil || res.Meta.Base.Digest == st.Meta.Digest {
 		t.Errorf("old: ran %d, suite %q, base %+v; want a bookworm stdlib built first, and old on it", ran, res.Meta.Suite, res.Meta.Base)
 	}
-	if m, err := Inspect(b.Home, "stdlib"); err != nil || m.Digest != st.Meta.Digest {
+	if m, err := Inspect(b.Home, "stdlib", archs.Host()); err != nil || m.Digest != st.Meta.Digest {
 		t.Errorf("the stored stdlib changed: %+v %v", m, err)
 	}
 	if names := storeNames(t, b.Home); !slices.Equal(names, []string{"old", "stdlib", "tools"}) {
@@ -349,12 +350,12 @@ func TestSuiteUnknownBase(t *testing.T) {
 	if _, err := b.Build(context.Background(), stdlib); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Inspect(b.Home, "stdlib")
+	m, err := Inspect(b.Home, "stdlib", archs.Host())
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.Suite = ""
-	if err := writeMeta(filepath.Join(Dir(b.Home, "stdlib"), MetaFile), m); err != nil {
+	if err := writeMeta(filepath.Join(Dir(b.Home, "stdlib", archs.Host()), MetaFile), m); err != nil {
 		t.Fatal(err)
 	}
 	tools, _ := UserRecipe("tools", "stdlib", "", nil, nil, nil, nil)
@@ -406,5 +407,86 @@ func TestDescribe(t *testing.T) {
 	a, err := wire.DecodeImageAbout(about)
 	if err != nil || a != (wire.ImageAbout{Python: "3.13.5", Suite: "bookworm"}) || res.Meta.Suite != "bookworm" {
 		t.Errorf("%s holds %q (%v); meta suite %q", wire.ImageAboutFile, about, err, res.Meta.Suite)
+	}
+}
+
+// A strip list built for an architecture uses that architecture's names:
+// one it does not have fails the build, naming it and the architecture;
+// a list that leaves the architecture out fails before anything runs.
+func TestStripListPerArch(t *testing.T) {
+	b := testBuilder(t)
+	b.Arch = archs.Arm64
+	ran := 0
+	fake := fakeSteps(&ran, "")
+	b.steps = []step{fake[0], stepNamed(t, "strip"), fake[1]}
+	r := &Recipe{Name: "stdlib", Apt: []string{"python3"}, SourceDateEpoch: 1,
+		Strip: Strip{Why: "test", PerArch: map[string][]string{archs.X86_64: {"python3"}, archs.Arm64: {"binutils-aarch64-linux-gnu"}}}}
+	_, err := b.Build(context.Background(), r)
+	if err == nil || !strings.Contains(err.Error(), "binutils-aarch64-linux-gnu, not installed in this trixie arm64 tree") || !strings.Contains(err.Error(), "per_arch") {
+		t.Fatalf("got %v, want the build to fail naming binutils-aarch64-linux-gnu and arm64", err)
+	}
+	delete(r.Strip.PerArch, archs.Arm64)
+	ran = 0
+	_, err = b.Build(context.Background(), r)
+	if err == nil || !strings.Contains(err.Error(), "image stdlib for arm64") || !strings.Contains(err.Error(), "not for arm64") || ran != 0 {
+		t.Fatalf("got %v after %d steps, want the build to stop first, saying per_arch has no arm64 list", err, ran)
+	}
+	if names := storeNames(t, b.Home); len(names) != 0 {
+		t.Errorf("store holds %v", names)
+	}
+}
+
+// Builds for two architectures are two images: both in the store, each
+// recording its architecture, a user's image built on the base of its
+// own architecture, and neither replacing the other.
+func TestBuildArches(t *testing.T) {
+	b := testBuilder(t)
+	ran := 0
+	b.steps = fakeSteps(&ran, "")
+	ctx := context.Background()
+	stdlib, _ := BuiltIn("stdlib", "")
+	res := map[string]*Result{}
+	for _, a := range archs.All {
+		b.Arch = a
+		r, err := b.Build(ctx, stdlib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Meta.Arch != a || r.Path != Path(b.Home, "stdlib", a) {
+			t.Errorf("%s: meta arch %q, path %s", a, r.Meta.Arch, r.Path)
+		}
+		res[a] = r
+	}
+	if ran != 2 || res[archs.X86_64].Meta.Digest == res[archs.Arm64].Meta.Digest || res[archs.X86_64].Meta.RecipeHash == res[archs.Arm64].Meta.RecipeHash {
+		t.Errorf("ran %d builds; digests %s and %s: want two images", ran, res[archs.X86_64].Meta.Digest, res[archs.Arm64].Meta.Digest)
+	}
+	if names := storeNames(t, b.Home); !slices.Equal(names, []string{"stdlib", "stdlib@arm64"}) {
+		t.Errorf("store holds %v", names)
+	}
+	for _, a := range archs.All {
+		if m, err := Inspect(b.Home, "stdlib", a); err != nil || m.Digest != res[a].Meta.Digest {
+			t.Errorf("%s: %+v, %v", a, m, err)
+		}
+	}
+	// The arm64 one again is a cache hit, and x86_64's stays.
+	b.Arch = archs.Arm64
+	if again, err := b.Build(ctx, stdlib); err != nil || !again.CacheHit || again.Meta.Arch != archs.Arm64 {
+		t.Errorf("arm64 again: %+v, %v", again, err)
+	}
+	tools, _ := UserRecipe("tools", "stdlib", "", []string{"python3-tabulate"}, nil, nil, nil)
+	tr, err := b.Build(ctx, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Meta.Arch != archs.Arm64 || tr.Meta.Base == nil || tr.Meta.Base.Digest != res[archs.Arm64].Meta.Digest {
+		t.Errorf("tools for arm64: arch %q, base %+v; want arm64's stdlib %s", tr.Meta.Arch, tr.Meta.Base, res[archs.Arm64].Meta.Digest)
+	}
+	// Its base for x86_64 is not asked for, so x86_64 has no tools.
+	if _, err := Inspect(b.Home, "tools", archs.X86_64); !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "only for arm64") {
+		t.Errorf("tools for x86_64: %v", err)
+	}
+	b.Arch = "sparc"
+	if _, err := b.Build(ctx, stdlib); err == nil || !strings.Contains(err.Error(), "use x86_64 or arm64") {
+		t.Errorf("a build for sparc: %v", err)
 	}
 }

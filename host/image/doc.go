@@ -9,10 +9,17 @@
 // images start from another image, and its suite, and add apt packages,
 // pure-Python wheels and local files.
 //
+// Each image is built for one architecture (x86_64 or arm64, see
+// archs.All): this machine's, or another through qemu-user (see emulation).
+// Its meta.json records it; the store keeps the same name's images of
+// different architectures apart, and every lookup names the
+// architecture it wants.
+//
 // Layout:
 //
-//	$PYBOX_HOME/images/NAME/{image.erofs,meta.json}    the store
-//	$PYBOX_CACHE/images/KEY/{image.erofs,meta.json}    built images by recipe key
+//	$PYBOX_HOME/images/NAME/{image.erofs,meta.json}        the store: x86_64 images
+//	$PYBOX_HOME/images/NAME@ARCH/{image.erofs,meta.json}   the store: other architectures' (see dirName)
+//	$PYBOX_CACHE/images/KEY/{image.erofs,meta.json}        built images by recipe key
 //	$PYBOX_CACHE/images/debs/                          downloaded .deb files
 //	$PYBOX_CACHE/images/work/                          trees being built
 //
@@ -27,6 +34,7 @@
 // [WarmList], for the guest to read once at VM start, and its Python
 // version and suite in wire.ImageAboutFile, for receipts.
 //
-// The VM start calls [Resolve], which checks names, finds the files and
-// verifies each image's digest and erofs superblock ([VerifyFile]).
+// The VM start calls [Resolve] with its guest's architecture, which
+// checks names, finds that architecture's files and verifies each
+// image's digest and erofs superblock ([VerifyFile]).
 package image

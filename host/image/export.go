@@ -34,18 +34,20 @@ const maxMeta = 4 << 20
 
 func formatLine(v int) string { return fmt.Sprintf("%s %d\n", formatEntry, v) }
 
-// ExportFile writes image name of the store to path as one file (see
-// above), replacing path only once the whole file is written and the
-// image read for it matched its digest: a damaged image is not exported.
-func ExportFile(home, name, path string) (*Meta, error) {
-	m, err := Inspect(home, name)
+// ExportFile writes image name built for arch of the store to path as
+// one file (see above), replacing path only once the whole file is
+// written and the image read for it matched its digest: a damaged image
+// is not exported. Its meta.json says its architecture, so an import
+// puts it in the store's place for that architecture.
+func ExportFile(home, name, arch, path string) (*Meta, error) {
+	m, err := Inspect(home, name, arch)
 	if err != nil {
 		return nil, err
 	}
-	src := Path(home, name)
+	src := Path(home, name, arch)
 	in, err := os.Open(src)
 	if err != nil {
-		return nil, fmt.Errorf("image %s: %w: rebuild it with `pybox image build %s`", name, err, name)
+		return nil, fmt.Errorf("image %s: %w: rebuild it with `%s`", name, err, buildCommand(name, arch))
 	}
 	defer in.Close()
 	fi, err := in.Stat()
@@ -53,7 +55,7 @@ func ExportFile(home, name, path string) (*Meta, error) {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	if fi.Size() != m.Size {
-		return nil, fmt.Errorf("%w: %s is %d bytes, but its meta.json says %d: rebuild it with `pybox image build %s`", ErrCorrupt, src, fi.Size(), m.Size, name)
+		return nil, fmt.Errorf("%w: %s is %d bytes, but its meta.json says %d: rebuild it with `%s`", ErrCorrupt, src, fi.Size(), m.Size, buildCommand(name, arch))
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -119,8 +121,8 @@ func writeExport(w io.Writer, m *Meta, img io.Reader) error {
 		return err
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.Digest {
-		return fmt.Errorf("%w: its file has sha256 %s, but its digest is %s (changed after it was built): nothing was exported; rebuild it with `pybox image build %s`",
-			ErrCorrupt, sum, m.Digest, m.Name)
+		return fmt.Errorf("%w: its file has sha256 %s, but its digest is %s (changed after it was built): nothing was exported; rebuild it with `%s`",
+			ErrCorrupt, sum, m.Digest, buildCommand(m.Name, m.Arch))
 	}
 	return tw.Close()
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"pybox/host/archs"
 	"pybox/host/paths"
 	"pybox/shared/wire"
 )
@@ -50,6 +51,9 @@ type Imported struct {
 // meta.json's digest; a refused import leaves nothing behind. A
 // different image of the same name is replaced only with Force.
 // Importing needs no root and no mmdebstrap: it writes only under home.
+// An image of any architecture imports, into the store's place for its
+// architecture (an exported image from before images recorded theirs is
+// x86_64's).
 func ImportFile(home, path string, o ImportOptions) (*Imported, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -82,6 +86,10 @@ func (in *importer) run() (*Imported, error) {
 		return nil, err
 	}
 	res := &Imported{Meta: m}
+	if m.Arch != archs.Host() {
+		res.Notes = append(res.Notes, fmt.Sprintf("image %s is built for %s, not for this %s machine: a VM started with `pybox vm start --arch %s` can use it",
+			m.Name, m.Arch, archs.Host(), m.Arch))
+	}
 	if m.Builder > BuilderVersion {
 		res.Notes = append(res.Notes, fmt.Sprintf("image %s was built by a newer pybox (image builder %d; this pybox's is %d): if it misbehaves, upgrade pybox",
 			m.Name, m.Builder, BuilderVersion))
@@ -116,7 +124,7 @@ func (in *importer) run() (*Imported, error) {
 	if old != nil {
 		res.Replaced = old.Digest
 	}
-	used, err := InUse(in.home)
+	used, err := InUse(in.home, m.Arch)
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +222,7 @@ func (in *importer) readMeta() (*Meta, error) {
 	if err := checkMeta(&m, b); err != nil {
 		return nil, in.damaged("has a %s that is not valid: %v", MetaFile, err)
 	}
+	m.defaults()
 	if m.Size <= 0 || m.Size > maxImageSize {
 		return nil, in.damaged("has a %s that gives the image %d bytes; pybox imports images of 1 byte to %d GiB", MetaFile, m.Size, maxImageSize>>30)
 	}
@@ -223,7 +232,7 @@ func (in *importer) readMeta() (*Meta, error) {
 // existing returns the store's image of m's name (nil when none), and
 // refuses to go on when it is a different one and Force is not set.
 func (in *importer) existing(m *Meta) (*Meta, error) {
-	old, err := Inspect(in.home, m.Name)
+	old, err := Inspect(in.home, m.Name, m.Arch)
 	switch {
 	case errors.Is(err, ErrNotBuilt):
 		return nil, nil
@@ -260,7 +269,7 @@ func (in *importer) readImage(m *Meta, keep bool) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("image import: %w", err)
 	}
-	tmp := filepath.Join(dir, ".import-"+m.Name+"-"+randomSuffix())
+	tmp := filepath.Join(dir, ".import-"+dirName(m.Name, m.Arch)+"-"+randomSuffix())
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return "", fmt.Errorf("image import: %w", err)

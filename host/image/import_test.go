@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pybox/host/archs"
 )
 
 // filesUnder lists every file under dir (the store, its work files and
@@ -244,7 +246,7 @@ func TestImportRefusesWrongSizes(t *testing.T) {
 func metaExport(t *testing.T, edit func(m *Meta, raw []byte) []byte) []byte {
 	t.Helper()
 	home, m, _ := exportFake(t, "stdlib", 2)
-	img, err := os.ReadFile(Path(home, "stdlib"))
+	img, err := os.ReadFile(Path(home, "stdlib", archs.X86_64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +281,9 @@ func TestImportRefusesHostileMeta(t *testing.T) {
 		{"wheel version", edit(func(m *Meta) { m.Main[2].Version = "0.9" + osc52 }), "main_packages[2]"},
 		{"python version", edit(func(m *Meta) { m.Python = "3.11.2" + osc52 }), "python: python version"},
 		{"suite", edit(func(m *Meta) { m.Suite = "bookworm\u202e" }), "suite"},
+		{"arch", edit(func(m *Meta) { m.Arch = "arm64" + osc52 }), "arch: architecture"},
+		{"arch as a path", edit(func(m *Meta) { m.Arch = "../../etc" }), "arch: architecture"},
+		{"strip per_arch", edit(func(m *Meta) { m.Recipe.Strip.PerArch = map[string][]string{"../x": {"gcc"}} }), "recipe: image: strip list: architecture"},
 		{"base name", edit(func(m *Meta) { m.Base = &BaseRef{Name: "stdlib\n", Digest: m.Digest} }), "base.name"},
 		{"apt package", edit(func(m *Meta) { m.AptPackages = []string{"--allow-unauthenticated"} }), "apt_packages[0]"},
 		{"preload", edit(func(m *Meta) { m.Preload = []string{"os;" + osc52} }), "preload[0]"},
@@ -321,7 +326,7 @@ func TestImportAcceptsRealMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err := Inspect(home, "stdlib"); err != nil || m.Suite != "forky" || m.Recipe.Warm != res.Meta.Recipe.Warm {
+	if m, err := Inspect(home, "stdlib", archs.X86_64); err != nil || m.Suite != "forky" || m.Recipe.Warm != res.Meta.Recipe.Warm {
 		t.Errorf("imported meta %+v %v", m, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
@@ -74,7 +75,7 @@ func TestBuildRealImages(t *testing.T) {
 	}
 
 	tree := filepath.Join(t.TempDir(), "tree")
-	if out, err := exec.Command("fsck.erofs", "--extract="+tree, Path(home, "itest")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("fsck.erofs", "--extract="+tree, Path(home, "itest", archs.Host())).CombinedOutput(); err != nil {
 		t.Fatalf("fsck.erofs: %v\n%s", err, out)
 	}
 	code := "import tabulate, hello_pybox; print(hello_pybox.greet()); print(tabulate.tabulate([[1, 2]], tablefmt='plain'))"

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 
@@ -15,11 +14,12 @@ import (
 // The warm box's launcher (shared/launcher) is C that reads the
 // interpreter's own state, so it is compiled against the headers of the
 // very Python the image holds. The image's tree has no compiler, and
-// should not get one: a toolchain tree of the same suite (gcc, libc6-dev,
-// libpythonX.Y-dev) is made beside it, once per suite, architecture and
-// Python package version, and kept in the cache; the compiled launcher
-// is cached by those and its source. Layered images find the same
-// launcher in the cache as their base.
+// should not get one: a toolchain tree of the same suite and architecture
+// (gcc, libc6-dev, libpythonX.Y-dev; another architecture's runs through
+// qemu-user as the image's tree does) is made beside it, once per suite,
+// architecture and Python package version, and kept in the cache; the
+// compiled launcher is cached by those and its source. Layered images
+// find the same launcher in the cache as their base.
 
 // launcherPythons are the Python versions whose internals the launcher
 // knows. An image of another Python builds, says so, and runs its
@@ -83,7 +83,9 @@ func (bd *build) launcher(ctx context.Context) error {
 // it first if needed.
 func (bd *build) compiledLauncher(ctx context.Context, minor, version string) (string, error) {
 	dir := filepath.Join(bd.b.Cache, "launcher")
-	id := bd.r.Suite + "-" + runtime.GOARCH + "-" + safeName(version)
+	// Debian's name of the architecture: amd64 for x86_64, as the
+	// toolchains made before images had a choice of one are named.
+	id := bd.r.Suite + "-" + debianArch(bd.arch) + "-" + safeName(version)
 	key := textSHA256(strings.Join(append([]string{launcher.SourceSHA256(), id}, launcherFlags...), "\n"))[:16]
 	so := filepath.Join(dir, id+"-"+key+".so")
 	if _, err := os.Stat(so); err == nil {
@@ -131,7 +133,7 @@ func (bd *build) toolchain(ctx context.Context, dir, id, minor, version string) 
 		return tc, nil
 	}
 	// Toolchains of other Python versions are no use any more.
-	if old, _ := filepath.Glob(filepath.Join(dir, "toolchain-"+bd.r.Suite+"-"+runtime.GOARCH+"-*")); len(old) > 0 {
+	if old, _ := filepath.Glob(filepath.Join(dir, "toolchain-"+bd.r.Suite+"-"+debianArch(bd.arch)+"-*")); len(old) > 0 {
 		for _, o := range old {
 			if err := removeTree(o); err != nil {
 				return "", err
@@ -142,8 +144,8 @@ func (bd *build) toolchain(ctx context.Context, dir, id, minor, version string) 
 		return "", err
 	}
 	dev := "libpython" + minor + "-dev"
-	bd.p.Status("a %s toolchain for the launcher (gcc, %s)", bd.r.Suite, dev)
-	args := bootstrapArgs(tc, bd.sources, []string{"gcc", "libc6-dev", dev})
+	bd.p.Status("a %s %s toolchain for the launcher (gcc, %s)", bd.r.Suite, bd.arch, dev)
+	args := bootstrapArgs(tc, bd.sources, debianArch(bd.arch), []string{"gcc", "libc6-dev", dev})
 	if err := bd.mmdebstrap(ctx, args); err != nil {
 		removeTree(tc)
 		return "", fmt.Errorf("the launcher's toolchain: %w", err)

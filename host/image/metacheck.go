@@ -14,8 +14,9 @@ import (
 
 // checkMeta holds an imported meta.json (m, decoded from raw) to the rules
 // its strings follow where pybox makes them: the guest's for the Python
-// version and the suite, the image name's, Debian's grammar for package
-// names and versions, a recipe's own. Beyond those, no string anywhere in
+// version and the suite, the image name's, an architecture's name (any,
+// not only those this pybox builds: see checkArchName), Debian's grammar
+// for package names and versions, a recipe's own. Beyond those, no string anywhere in
 // raw, keys and fields this pybox does not know included, may hold a
 // terminal control but tab and newline (recipe checks are Python code):
 // an image's strings are shown by `pybox image list` and `image inspect`.
@@ -55,6 +56,7 @@ func metaFields(m *Meta) []metaField {
 		{"recipe_hash", m.RecipeHash, checkSHA256},
 		{"python", m.Python, wire.CheckPythonVersion},
 		{"suite", m.Suite, optional(wire.CheckSuite)}, // "" from a pybox that did not record it
+		{"arch", m.Arch, optional(checkArchName)},     // "" from a pybox that did not record it: x86_64
 		{"recipe.suite", m.Recipe.Suite, optional(wire.CheckSuite)},
 	}
 	if m.Base != nil {

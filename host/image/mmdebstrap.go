@@ -48,10 +48,11 @@ const (
 )
 
 // bootstrapArgs are mmdebstrap's arguments for a root image: Debian's
-// essential set plus the recipe's packages.
-func bootstrapArgs(tree, sources string, apt []string) []string {
+// essential set plus the recipe's packages, for debArch (Debian's name of
+// the architecture: amd64, arm64).
+func bootstrapArgs(tree, sources, debArch string, apt []string) []string {
 	args := []string{
-		"--mode=root", "--variant=essential", "--format=directory", "--verbose",
+		"--mode=root", "--variant=essential", "--format=directory", "--verbose", "--arch=" + debArch,
 		"--include=" + strings.Join(apt, ","),
 		`--aptopt=Acquire::Languages "none"`,
 		"--skip=essential/unlink", // the .debs live in our cache: keep them
@@ -66,10 +67,12 @@ func bootstrapArgs(tree, sources string, apt []string) []string {
 
 // layerArgs are mmdebstrap's arguments for installing packages into a
 // tree that already holds the base image (variant custom installs
-// nothing itself; the hook does).
-func layerArgs(tree, sources string) []string {
+// nothing itself; the hook does). The hook's apt reads mmdebstrap's
+// configuration, which holds debArch: it fetches that architecture's
+// packages.
+func layerArgs(tree, sources, debArch string) []string {
 	return []string{
-		"--mode=root", "--variant=custom", "--format=directory", "--verbose",
+		"--mode=root", "--variant=custom", "--format=directory", "--verbose", "--arch=" + debArch,
 		"--skip=check/empty",
 		`--aptopt=Acquire::Languages "none"`,
 		"--setup-hook=" + hookMountDebs,

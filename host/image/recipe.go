@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
 	"strings"
 
+	"pybox/host/archs"
 	"pybox/shared/launcher"
 	"pybox/shared/wire"
 )
@@ -75,9 +77,32 @@ type Recipe struct {
 // Every package named must be installed: a name that matches nothing
 // (gcc-12 on a suite that ships gcc-14) fails the build, rather than
 // leave the image to grow unnoticed.
+//
+// Packages are stripped on every architecture. A package whose name
+// says its architecture (binutils-x86-64-linux-gnu on x86_64 is
+// binutils-aarch64-linux-gnu on arm64) goes in PerArch, under each
+// architecture the recipe is built for:
+//
+//	"per_arch": {"x86_64": ["binutils-x86-64-linux-gnu"], "arm64": ["binutils-aarch64-linux-gnu"]}
+//
+// A recipe with PerArch must name every architecture it is built for
+// (with an empty list when that one strips nothing of its own): a build
+// for one it leaves out fails (see For), for the same reason.
 type Strip struct {
-	Why      string   `json:"why,omitempty"`
-	Packages []string `json:"packages,omitempty"`
+	Why      string              `json:"why,omitempty"`
+	Packages []string            `json:"packages,omitempty"`
+	PerArch  map[string][]string `json:"per_arch,omitempty"`
+}
+
+// For is the strip list of a build for arch: Packages and PerArch[arch],
+// as a sorted set.
+func (s Strip) For(arch string) ([]string, error) {
+	own, ok := s.PerArch[arch]
+	if len(s.PerArch) > 0 && !ok {
+		return nil, fmt.Errorf("the strip list names packages per architecture for %s but not for %s: add an %q list to its per_arch (empty when %s strips nothing of its own)",
+			strings.Join(slices.Sorted(maps.Keys(s.PerArch)), ", "), arch, arch, arch)
+	}
+	return sortedSet(append(slices.Clone(s.Packages), own...)), nil
 }
 
 // Wheel is a pure-Python wheel to install; Path is where it is on this
@@ -180,6 +205,16 @@ func (r *Recipe) Validate() error {
 			return err
 		}
 	}
+	for a, ps := range r.Strip.PerArch {
+		if err := checkArchName(a); err != nil {
+			return fmt.Errorf("image: strip list: %w", err)
+		}
+		for _, p := range ps {
+			if err := CheckAptName(p); err != nil {
+				return err
+			}
+		}
+	}
 	for _, a := range r.Adds {
 		if err := CheckDest(a.Dest); err != nil {
 			return err
@@ -198,6 +233,7 @@ func (r *Recipe) Validate() error {
 type keyInput struct {
 	Builder    int      `json:"builder"`
 	Name       string   `json:"name"`
+	Arch       string   `json:"arch,omitempty"` // empty for x86_64, as in the keys of images built before they had an architecture: those stay cache hits
 	BaseDigest string   `json:"base_digest,omitempty"`
 	Suite      string   `json:"suite"`
 	Sources    string   `json:"sources_sha256"`
@@ -220,15 +256,24 @@ type addKey struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Key is the recipe's cache key: the sha256 (hex) of its canonical JSON
-// with the base image's digest and the sha256 of the apt sources the
-// build writes (see aptSources). The apt and strip lists are sets: their
-// order does not change the key. Call it once Suite is settled.
-func (r *Recipe) Key(baseDigest, sourcesSHA256 string) string {
+// Key is the recipe's cache key for a build for arch: the sha256 (hex)
+// of its canonical JSON with the architecture, the base image's digest
+// and the sha256 of the apt sources the build writes (see aptSources).
+// The apt and strip lists are sets: their order does not change the key;
+// the strip list is arch's (Strip.For), whose error Key returns. Call it
+// once Suite is settled.
+func (r *Recipe) Key(arch, baseDigest, sourcesSHA256 string) (string, error) {
+	strip, err := r.Strip.For(arch)
+	if err != nil {
+		return "", err
+	}
 	in := keyInput{
 		Builder: BuilderVersion, Name: r.Name, BaseDigest: baseDigest, Suite: r.Suite, Sources: sourcesSHA256,
-		Apt: sortedSet(r.Apt), Strip: sortedSet(r.Strip.Packages), Check: r.Check, Warm: r.Warm, Preload: r.Preload, Main: r.Main,
+		Apt: sortedSet(r.Apt), Strip: strip, Check: r.Check, Warm: r.Warm, Preload: r.Preload, Main: r.Main,
 		Wheels: r.Wheels, Epoch: r.SourceDateEpoch, Launcher: launcher.SourceSHA256(),
+	}
+	if arch != archs.X86_64 {
+		in.Arch = arch
 	}
 	for _, a := range r.Adds {
 		in.Adds = append(in.Adds, addKey{a.Dest, a.SHA256})
@@ -238,7 +283,7 @@ func (r *Recipe) Key(baseDigest, sourcesSHA256 string) string {
 		panic(err) // plain strings and ints always marshal
 	}
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return hex.EncodeToString(sum[:]), nil
 }
 
 func sortedSet(s []string) []string {

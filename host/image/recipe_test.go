@@ -1,11 +1,14 @@
 package image
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"pybox/host/archs"
 )
 
 func TestBuiltInRecipes(t *testing.T) {
@@ -21,8 +24,20 @@ func TestBuiltInRecipes(t *testing.T) {
 			if r.Name != name || r.Suite != suite || len(r.Apt) == 0 || len(r.Check) == 0 || len(r.Main) == 0 {
 				t.Errorf("%s/%s: incomplete recipe %+v", suite, name, r)
 			}
-			if len(r.Strip.Packages) > 0 && r.Strip.Why == "" {
+			if len(r.Strip.Packages)+len(r.Strip.PerArch) > 0 && r.Strip.Why == "" {
 				t.Errorf("%s/%s strips packages without saying why", suite, name)
+			}
+			// Every built-in recipe builds for every architecture, and
+			// names only architectures there are.
+			for _, a := range archs.All {
+				if _, err := r.Strip.For(a); err != nil {
+					t.Errorf("%s/%s for %s: %v", suite, name, a, err)
+				}
+			}
+			for a := range r.Strip.PerArch {
+				if err := CheckArch(a); err != nil {
+					t.Errorf("%s/%s: strip per_arch: %v", suite, name, err)
+				}
 			}
 		}
 		stdlib, _ := BuiltIn("stdlib", suite)
@@ -115,21 +130,21 @@ func TestRecipeKey(t *testing.T) {
 		return &Recipe{Name: "tools", From: "data", Apt: []string{"python3-tabulate", "python3-yaml"}, SourceDateEpoch: 1}
 	}
 	const digest, sources = "aa", "bb"
-	k := base().Key(digest, sources)
+	k := key(t, base(), archs.X86_64, digest, sources)
 	if len(k) != 64 {
 		t.Fatalf("key %q is not a sha256", k)
 	}
-	if base().Key(digest, sources) != k {
+	if key(t, base(), archs.X86_64, digest, sources) != k {
 		t.Error("the same recipe gave two keys")
 	}
 	reordered := base()
 	reordered.Apt = []string{"python3-yaml", "python3-tabulate", "python3-yaml"}
-	if reordered.Key(digest, sources) != k {
+	if key(t, reordered, archs.X86_64, digest, sources) != k {
 		t.Error("the apt list's order or a repeat changed the key")
 	}
 	summary := base()
 	summary.Summary = "words"
-	if summary.Key(digest, sources) != k {
+	if key(t, summary, archs.X86_64, digest, sources) != k {
 		t.Error("the summary changed the key")
 	}
 	changes := map[string]func(*Recipe) (string, string){
@@ -153,7 +168,7 @@ func TestRecipeKey(t *testing.T) {
 	for what, change := range changes {
 		r := base()
 		d, s := change(r)
-		if r.Key(d, s) == k {
+		if key(t, r, archs.X86_64, d, s) == k {
 			t.Errorf("changing the %s kept the key", what)
 		}
 	}
@@ -161,8 +176,80 @@ func TestRecipeKey(t *testing.T) {
 	wheelA.Wheels = []Wheel{{File: "a.whl", SHA256: "1", Path: "/one/a.whl"}}
 	wheelB := base()
 	wheelB.Wheels = []Wheel{{File: "a.whl", SHA256: "1", Path: "/two/a.whl"}}
-	if wheelA.Key(digest, sources) != wheelB.Key(digest, sources) {
+	if key(t, wheelA, archs.X86_64, digest, sources) != key(t, wheelB, archs.X86_64, digest, sources) {
 		t.Error("where a wheel lies changed the key; only its content should")
+	}
+}
+
+// A strip list's per-architecture names join its common ones for the
+// architecture built; a list that leaves out the architecture built
+// fails, as a name that matches nothing does.
+func TestStripPerArch(t *testing.T) {
+	s := Strip{Why: "test", Packages: []string{"gcc", "binutils"},
+		PerArch: map[string][]string{archs.X86_64: {"binutils-x86-64-linux-gnu"}, archs.Arm64: {"libhwasan0", "binutils-aarch64-linux-gnu", "gcc"}}}
+	for arch, want := range map[string][]string{
+		archs.X86_64: {"binutils", "binutils-x86-64-linux-gnu", "gcc"},
+		archs.Arm64:  {"binutils", "binutils-aarch64-linux-gnu", "gcc", "libhwasan0"},
+	} {
+		if got, err := s.For(arch); err != nil || !slices.Equal(got, want) {
+			t.Errorf("For(%s) = %v, %v; want %v", arch, got, err, want)
+		}
+	}
+	// An architecture the list does not name: a clear error, not a
+	// build that leaves that architecture's packages in.
+	s.PerArch = map[string][]string{archs.X86_64: {"binutils-x86-64-linux-gnu"}}
+	_, err := s.For(archs.Arm64)
+	if err == nil || !strings.Contains(err.Error(), "for x86_64 but not for arm64") || !strings.Contains(err.Error(), `add an "arm64" list`) {
+		t.Errorf("For(arm64) without an arm64 list: %v", err)
+	}
+	// An empty list says the architecture strips nothing of its own.
+	s.PerArch[archs.Arm64] = []string{}
+	if got, err := s.For(archs.Arm64); err != nil || !slices.Equal(got, []string{"binutils", "gcc"}) {
+		t.Errorf("For(arm64) with an empty list: %v, %v", got, err)
+	}
+	// Without per_arch the list is the same on every architecture.
+	plain := Strip{Packages: []string{"perl", "usrmerge"}}
+	if got, err := plain.For(archs.Arm64); err != nil || !slices.Equal(got, []string{"perl", "usrmerge"}) {
+		t.Errorf("For(arm64) of a plain list: %v, %v", got, err)
+	}
+
+	// The names and architectures are checked like any recipe field.
+	for _, bad := range []map[string][]string{{"arm64": {"--force-all"}}, {"../x": {"gcc"}}, {"ARM": {"gcc"}}} {
+		r := &Recipe{Name: "stdlib", Strip: Strip{PerArch: bad}}
+		if err := r.Validate(); err == nil {
+			t.Errorf("per_arch %v was accepted", bad)
+		}
+	}
+
+	// The key follows the architecture's list; it fails with For.
+	r := &Recipe{Name: "data", From: "stdlib", Strip: s}
+	kx, ka := key(t, r, archs.X86_64, "d", "s"), key(t, r, archs.Arm64, "d", "s")
+	if kx == ka {
+		t.Error("two architectures gave one key")
+	}
+	r.Strip.PerArch[archs.Arm64] = []string{"libhwasan0"}
+	if key(t, r, archs.Arm64, "d", "s") == ka || key(t, r, archs.X86_64, "d", "s") != kx {
+		t.Error("arm64's strip list changed x86_64's key, or not arm64's")
+	}
+	delete(r.Strip.PerArch, archs.Arm64)
+	if _, err := r.Key(archs.Arm64, "d", "s"); err == nil {
+		t.Error("a key for an architecture the strip list leaves out")
+	}
+}
+
+// x86_64's keys are those of the images built before images had an
+// architecture, so those stay cache hits: the same as a recipe whose
+// strip list is all common names.
+func TestRecipeKeyX86Unchanged(t *testing.T) {
+	common := &Recipe{Name: "data", From: "stdlib", Strip: Strip{Packages: []string{"gcc", "binutils-x86-64-linux-gnu"}}}
+	perArch := &Recipe{Name: "data", From: "stdlib", Strip: Strip{Packages: []string{"gcc"},
+		PerArch: map[string][]string{archs.X86_64: {"binutils-x86-64-linux-gnu"}, archs.Arm64: {"binutils-aarch64-linux-gnu"}}}}
+	if key(t, common, archs.X86_64, "d", "s") != key(t, perArch, archs.X86_64, "d", "s") {
+		t.Error("moving a name into per_arch changed x86_64's key")
+	}
+	in := keyInput{Name: "x"}
+	if b, _ := json.Marshal(in); strings.Contains(string(b), `"arch"`) {
+		t.Errorf("an x86_64 key input names its architecture: %s", b)
 	}
 }
 
@@ -283,7 +370,17 @@ func TestPreloadNames(t *testing.T) {
 	}
 	a, _ := UserRecipe("tools", "data", "", nil, nil, nil, nil)
 	b, _ := UserRecipe("tools", "data", "", nil, nil, nil, []string{"pandas"})
-	if a.Key("d", "s") == b.Key("d", "s") {
+	if key(t, a, archs.X86_64, "d", "s") == key(t, b, archs.X86_64, "d", "s") {
 		t.Error("the preload list is not part of the key")
 	}
+}
+
+// key is r.Key, failing the test on an error.
+func key(t *testing.T, r *Recipe, arch, baseDigest, sources string) string {
+	t.Helper()
+	k, err := r.Key(arch, baseDigest, sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

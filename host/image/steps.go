@@ -31,6 +31,9 @@ type build struct {
 
 	warmFiles int // in WarmList
 	warmBytes int64
+
+	arch      string   // the architecture built for (Builder.Arch)
+	stripList []string // the recipe's strip list for arch (Strip.For)
 }
 
 // step is one stage of a build, in the order of steps.
@@ -49,13 +52,13 @@ var steps = []step{
 		func(bd *build) string { return "unpack " + bd.r.From + " " + bd.base.Digest[:12] }},
 	{"bootstrap", func(bd *build) bool { return bd.r.From == "" }, (*build).bootstrap,
 		func(bd *build) string {
-			return "mmdebstrap " + bd.r.Suite + " essential + " + strings.Join(bd.r.Apt, " ")
+			return "mmdebstrap " + bd.r.Suite + " " + debianArch(bd.arch) + " essential + " + strings.Join(bd.r.Apt, " ")
 		}},
 	{"apt", func(bd *build) bool { return bd.r.From != "" && len(bd.r.Apt) > 0 }, (*build).aptLayer,
 		func(bd *build) string { return strings.Join(bd.r.Apt, " ") }},
-	{"strip", func(bd *build) bool { return len(bd.r.Strip.Packages) > 0 }, (*build).strip,
+	{"strip", func(bd *build) bool { return len(bd.stripList) > 0 }, (*build).strip,
 		func(bd *build) string {
-			return strconv.Itoa(len(bd.r.Strip.Packages)) + " packages a runtime does not need"
+			return strconv.Itoa(len(bd.stripList)) + " packages a runtime does not need"
 		}},
 	{"wheels", func(bd *build) bool { return len(bd.r.Wheels) > 0 }, (*build).installWheels,
 		func(bd *build) string { return strconv.Itoa(len(bd.r.Wheels)) + " pure-Python wheels, no network" }},
@@ -97,14 +100,19 @@ func (b *Builder) newBuild(r *Recipe, base *baseImage, key, sources string, p *p
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
-	logPath := filepath.Join(logs, r.Name+".log")
+	arch := b.arch()
+	strip, err := r.Strip.For(arch)
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(logs, dirName(r.Name, arch)+".log")
 	log, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
-	fmt.Fprintf(log, "pybox image build %s, key %s, %s\napt sources:\n%s", r.Name, key, time.Now().Format(time.RFC3339), sources)
+	fmt.Fprintf(log, "pybox image build %s --arch %s, key %s, %s\napt sources:\n%s", r.Name, arch, key, time.Now().Format(time.RFC3339), sources)
 	return &build{
-		b: b, r: r, base: base, key: key, sources: sourcesPath, p: p, work: work, log: log, logPath: logPath,
+		b: b, r: r, arch: arch, stripList: strip, base: base, key: key, sources: sourcesPath, p: p, work: work, log: log, logPath: logPath,
 		tree: filepath.Join(work, "tree"), image: filepath.Join(work, ImageFile),
 	}, nil
 }
@@ -176,12 +184,12 @@ func (bd *build) extractBase(ctx context.Context) error {
 // bootstrap makes the tree with mmdebstrap: the essential set and the
 // recipe's packages.
 func (bd *build) bootstrap(ctx context.Context) error {
-	return bd.mmdebstrap(ctx, bootstrapArgs(bd.tree, bd.sources, bd.r.Apt))
+	return bd.mmdebstrap(ctx, bootstrapArgs(bd.tree, bd.sources, debianArch(bd.arch), bd.r.Apt))
 }
 
 // aptLayer installs the recipe's packages into the base's tree.
 func (bd *build) aptLayer(ctx context.Context) error {
-	return bd.mmdebstrap(ctx, layerArgs(bd.tree, bd.sources),
+	return bd.mmdebstrap(ctx, layerArgs(bd.tree, bd.sources, debianArch(bd.arch)),
 		"PYBOX_APT="+strings.Join(bd.r.Apt, " "), "PYBOX_STRIPPED="+strings.Join(bd.base.Stripped, " "))
 }
 
@@ -204,9 +212,10 @@ func (bd *build) mmdebstrap(ctx context.Context, args []string, env ...string) e
 	return err
 }
 
-// strip purges the recipe's strip list with dpkg and installs a stand-in
-// package that provides them (see Strip). A name that is not installed
-// fails the build: the list was written for another release.
+// strip purges the recipe's strip list for the build's architecture with
+// dpkg and installs a stand-in package that provides them (see Strip). A
+// name that is not installed fails the build: the list was written for
+// another release, or another architecture.
 func (bd *build) strip(ctx context.Context) error {
 	installed, err := installedPackages(bd.tree)
 	if err != nil {
@@ -215,7 +224,7 @@ func (bd *build) strip(ctx context.Context) error {
 	versions := packageMap(installed)
 	var gone []Package
 	var names, missing []string
-	for _, n := range sortedSet(bd.r.Strip.Packages) {
+	for _, n := range bd.stripList {
 		if v, ok := versions[n]; ok {
 			gone = append(gone, Package{Name: n, Version: v})
 			names = append(names, n)
@@ -224,8 +233,9 @@ func (bd *build) strip(ctx context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("the strip list names %s, not installed in this %s tree: the list does not match what %s installs; take the names out or correct them (`apt-cache depends` shows what pulls what)",
-			strings.Join(missing, ", "), bd.r.Suite, bd.r.Suite)
+		return fmt.Errorf("the strip list names %s, not installed in this %s %s tree: the list does not match what %s installs on %s; take the names out or correct them, "+
+			"putting a name that differs between architectures in the strip list's per_arch (`apt-cache depends` shows what pulls what)",
+			strings.Join(missing, ", "), bd.r.Suite, bd.arch, bd.r.Suite, bd.arch)
 	}
 	bd.p.Status("purging %d packages", len(gone))
 	purge := append([]string{"--purge", "--force-depends"}, names...)

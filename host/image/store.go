@@ -1,6 +1,7 @@
 package image
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -10,9 +11,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/host/paths"
 	"pybox/shared/wire"
 )
@@ -35,6 +39,7 @@ type Meta struct {
 	RecipeHash   string    `json:"recipe_hash"`
 	Python       string    `json:"python"`
 	Suite        string    `json:"suite"` // the Debian suite it was built from ("" for images built before pybox recorded it)
+	Arch         string    `json:"arch"`  // the architecture it is built for (archs.All); none in the meta.json of an image built before pybox recorded it, which is x86_64's (readMeta fills it in)
 	Main         []Package `json:"main_packages"`
 	AptPackages  []string  `json:"apt_packages"`
 	Wheels       []Wheel   `json:"wheels"`
@@ -68,49 +73,108 @@ type Package struct {
 	Version string `json:"version"`
 }
 
-// Dir is the store directory of image name.
-func Dir(home, name string) string { return filepath.Join(paths.ImagesDir(home), name) }
+// Dir is the store directory of image name built for arch (see dirName).
+func Dir(home, name, arch string) string {
+	return filepath.Join(paths.ImagesDir(home), dirName(name, arch))
+}
 
-// Path is the image file of image name in the store.
-func Path(home, name string) string { return filepath.Join(Dir(home, name), ImageFile) }
+// Path is the image file of image name built for arch in the store.
+func Path(home, name, arch string) string { return filepath.Join(Dir(home, name, arch), ImageFile) }
 
-// Inspect reads image name's meta.json from the store.
-func Inspect(home, name string) (*Meta, error) {
+// Inspect reads the meta.json of image name built for arch from the store.
+func Inspect(home, name, arch string) (*Meta, error) {
 	if err := wire.CheckImageName(name); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
-	m, err := readMeta(filepath.Join(Dir(home, name), MetaFile))
+	if err := checkArchName(arch); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	m, err := readMeta(filepath.Join(Dir(home, name, arch), MetaFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, notBuilt(name)
+		return nil, notBuilt(home, name, arch)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("image %s: %w (rebuild it with `pybox image build %s`)", name, err, name)
+		return nil, fmt.Errorf("image %s: %w (rebuild it with `%s`)", name, err, buildCommand(name, arch))
 	}
 	if m.Name != name {
-		return nil, fmt.Errorf("image %s: its meta.json names %q: rebuild it with `pybox image build %s`", name, m.Name, name)
+		return nil, fmt.Errorf("image %s: its meta.json names %q: rebuild it with `%s`", name, m.Name, buildCommand(name, arch))
+	}
+	if m.Arch != arch {
+		return nil, fmt.Errorf("image %s: its meta.json says it is built for %s, but it is in the store's place for %s images (%s): rebuild it with `%s`",
+			name, m.Arch, arch, Dir(home, name, arch), buildCommand(name, arch))
 	}
 	return m, nil
 }
 
-// Lookup returns the path and digest of image name, for the VM start.
-// It does not hash the file: VerifyFile does.
+// Lookup returns the path and digest of image name built for this
+// machine's architecture (LookupArch for another's).
 func Lookup(home, name string) (path, digest string, err error) {
-	m, err := Inspect(home, name)
+	return LookupArch(home, name, archs.Host())
+}
+
+// LookupArch returns the path and digest of image name built for arch,
+// for the VM start. It does not hash the file: VerifyFile does.
+func LookupArch(home, name, arch string) (path, digest string, err error) {
+	m, err := Inspect(home, name, arch)
 	if err != nil {
 		return "", "", err
 	}
-	p := Path(home, name)
+	p := Path(home, name, arch)
 	if _, err := os.Stat(p); err != nil {
-		return "", "", fmt.Errorf("image %s: %w: rebuild it with `pybox image build %s`", name, err, name)
+		return "", "", fmt.Errorf("image %s: %w: rebuild it with `%s`", name, err, buildCommand(name, arch))
 	}
 	return p, m.Digest, nil
 }
 
-func notBuilt(name string) error {
+// notBuilt is the error for image name not in the store for arch: it
+// names the architectures the store has it for, if any.
+func notBuilt(home, name, arch string) error {
+	if others := builtFor(home, name, arch); len(others) > 0 {
+		return fmt.Errorf("%w: image %s is not built for %s, only for %s: %s, or name the one there is with --arch %s",
+			ErrNotBuilt, name, arch, strings.Join(others, " and "), buildAdvice(name, arch, others[0]), others[0])
+	}
+	if arch != archs.Host() {
+		return fmt.Errorf("%w: image %s is not built for %s: %s", ErrNotBuilt, name, arch, buildAdvice(name, arch, ""))
+	}
 	if IsBuiltIn(name) {
 		return fmt.Errorf("%w: image %s is not built: run `pybox image build %s` (or `make images`)", ErrNotBuilt, name, name)
 	}
 	return fmt.Errorf("%w: image %s is not built: see `pybox image list`, or build it with `pybox image build %s --from stdlib ...`", ErrNotBuilt, name, name)
+}
+
+// buildAdvice says how to build image name for arch; other is an
+// architecture the store has it for ("" when none), whose recipe a
+// user's image can be built again from.
+func buildAdvice(name, arch, other string) string {
+	if IsBuiltIn(name) {
+		return fmt.Sprintf("build it with `%s`", buildCommand(name, arch))
+	}
+	if other == "" {
+		return fmt.Sprintf("build it with `%s --from stdlib ...`", buildCommand(name, arch))
+	}
+	return fmt.Sprintf("build it with `%s` and the flags it was built with (`pybox image inspect %s --arch %s` shows its recipe)",
+		buildCommand(name, arch), name, other)
+}
+
+// builtFor lists the architectures other than except that the store has
+// image name for.
+func builtFor(home, name, except string) []string {
+	des, err := os.ReadDir(paths.ImagesDir(home))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, de := range des {
+		n, a, ok := parseDirName(de.Name())
+		if !ok || n != name || a == except {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(paths.ImagesDir(home), de.Name(), MetaFile)); err == nil {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func readMeta(p string) (*Meta, error) {
@@ -122,7 +186,16 @@ func readMeta(p string) (*Meta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
+	m.defaults()
 	return &m, nil
+}
+
+// defaults fills in what an image built before pybox recorded it lacks:
+// its architecture, which was x86_64.
+func (m *Meta) defaults() {
+	if m.Arch == "" {
+		m.Arch = archs.X86_64
+	}
 }
 
 func writeMeta(p string, m *Meta) error {
@@ -140,7 +213,8 @@ type Entry struct {
 	Problem string `json:"problem,omitempty"`
 }
 
-// List returns every image in the store, by name.
+// List returns every image in the store, of every architecture, by name
+// and then architecture.
 func List(home string) ([]Entry, error) {
 	des, err := os.ReadDir(paths.ImagesDir(home))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -151,38 +225,44 @@ func List(home string) ([]Entry, error) {
 	}
 	var out []Entry
 	for _, de := range des {
-		if !de.IsDir() || wire.CheckImageName(de.Name()) != nil {
+		name, arch, ok := parseDirName(de.Name())
+		if !de.IsDir() || !ok {
 			continue // work files of the store (.tmp-*, .old-*)
 		}
-		m, err := Inspect(home, de.Name())
+		m, err := Inspect(home, name, arch)
 		if err != nil {
-			out = append(out, Entry{Meta: Meta{Name: de.Name()}, Problem: err.Error()})
+			out = append(out, Entry{Meta: Meta{Name: name, Arch: arch}, Problem: err.Error()})
 			continue
 		}
 		out = append(out, Entry{Meta: *m})
 	}
+	slices.SortFunc(out, func(a, b Entry) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Arch, b.Arch)) })
 	return out, nil
 }
 
-// Remove deletes image name from the store. It refuses while the running
-// VM has the image attached.
-func Remove(home, name string) error {
+// Remove deletes image name built for arch from the store; its builds
+// for other architectures stay. It refuses while the running VM has the
+// image attached.
+func Remove(home, name, arch string) error {
 	if err := wire.CheckImageName(name); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	// A directory with a broken meta.json can still be removed.
-	if fi, err := os.Lstat(Dir(home, name)); err != nil || !fi.IsDir() {
-		return notBuilt(name)
+	if err := checkArchName(arch); err != nil {
+		return fmt.Errorf("image: %w", err)
 	}
-	used, err := InUse(home)
+	// A directory with a broken meta.json can still be removed.
+	if fi, err := os.Lstat(Dir(home, name, arch)); err != nil || !fi.IsDir() {
+		return notBuilt(home, name, arch)
+	}
+	used, err := InUse(home, arch)
 	if err != nil {
 		return err
 	}
 	if used[name] {
 		return fmt.Errorf("image: %s is attached to the running VM: stop it first with `pybox vm stop`", name)
 	}
-	old := filepath.Join(paths.ImagesDir(home), ".old-"+name+"-"+randomSuffix())
-	if err := os.Rename(Dir(home, name), old); err != nil {
+	old := filepath.Join(paths.ImagesDir(home), ".old-"+dirName(name, arch)+"-"+randomSuffix())
+	if err := os.Rename(Dir(home, name, arch), old); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	// Gone from the store with the rename; the rest is cleanup.
@@ -193,15 +273,19 @@ func Remove(home, name string) error {
 // It is read defensively: the supervisor owns the file.
 type vmState struct {
 	SupervisorPid int `json:"supervisor_pid"`
-	Images        []struct {
+	// Arch is the guest's architecture; a supervisor from before guests
+	// had a choice of one leaves it out, and ran x86_64.
+	Arch   string `json:"arch"`
+	Images []struct {
 		Name string `json:"name"`
 	} `json:"images"`
 }
 
-// InUse returns the names of the images the running VM has attached,
-// from $PYBOX_HOME/vm/state.json. A state file left by a supervisor that
-// is gone counts as no VM.
-func InUse(home string) (map[string]bool, error) {
+// InUse returns the names of the images built for arch that the running
+// VM has attached, from $PYBOX_HOME/vm/state.json: none when the VM is
+// of another architecture. A state file left by a supervisor that is
+// gone counts as no VM.
+func InUse(home, arch string) (map[string]bool, error) {
 	p := paths.ForVM(home).State()
 	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -218,6 +302,12 @@ func InUse(home string) (map[string]bool, error) {
 	if s.SupervisorPid > 0 && !processAlive(s.SupervisorPid) {
 		return used, nil
 	}
+	if s.Arch == "" {
+		s.Arch = archs.X86_64
+	}
+	if s.Arch != arch {
+		return used, nil
+	}
 	for _, im := range s.Images {
 		used[im.Name] = true
 	}
@@ -229,16 +319,20 @@ func processAlive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// install puts a built image into the store as name, atomically: the
-// new directory is made complete beside the store's, then swapped in.
-// The image file is hard-linked from src when it can be (the cache and
-// the store share a file system), else copied.
+// install puts a built image into the store as m.Name for m.Arch,
+// atomically: the new directory is made complete beside the store's,
+// then swapped in. The image file is hard-linked from src when it can be
+// (the cache and the store share a file system), else copied.
 func install(home string, m *Meta, src string) error {
+	m.defaults()
+	if err := checkArchName(m.Arch); err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
 	imagesDir := paths.ImagesDir(home)
 	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	tmp := filepath.Join(imagesDir, ".tmp-"+m.Name+"-"+randomSuffix())
+	tmp := filepath.Join(imagesDir, ".tmp-"+dirName(m.Name, m.Arch)+"-"+randomSuffix())
 	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
@@ -254,7 +348,7 @@ func install(home string, m *Meta, src string) error {
 	if err := writeMeta(filepath.Join(tmp, MetaFile), m); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
-	if err := swapIn(tmp, Dir(home, m.Name)); err != nil {
+	if err := swapIn(tmp, Dir(home, m.Name, m.Arch)); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	ok = true

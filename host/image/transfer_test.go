@@ -3,13 +3,16 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/host/paths"
 )
 
@@ -36,7 +39,7 @@ func exportFake(t testing.TB, name string, blocks int) (string, *Meta, string) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), name+ExportExt)
-	if _, err := ExportFile(home, name, file); err != nil {
+	if _, err := ExportFile(home, name, m.Arch, file); err != nil {
 		t.Fatal(err)
 	}
 	return home, m, file
@@ -59,7 +62,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 
 	// The same image exports to the same bytes.
 	again := filepath.Join(t.TempDir(), "again"+ExportExt)
-	if _, err := ExportFile(home, "stdlib", again); err != nil {
+	if _, err := ExportFile(home, "stdlib", archs.X86_64, again); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(again); !bytes.Equal(b, first) {
@@ -90,11 +93,11 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if res.Already || res.Replaced != "" || res.Meta.Digest != m.Digest {
 		t.Errorf("import %+v", res)
 	}
-	got, err := Inspect(other, "stdlib")
+	got, err := Inspect(other, "stdlib", archs.X86_64)
 	if err != nil || got.Digest != m.Digest || got.Size != m.Size || !got.BuiltAt.Equal(m.BuiltAt) || got.Python != m.Python {
 		t.Fatalf("imported meta %+v %v", got, err)
 	}
-	if err := VerifyFile(Path(other, "stdlib"), m.Digest); err != nil {
+	if err := VerifyFile(Path(other, "stdlib", archs.X86_64), m.Digest); err != nil {
 		t.Error(err)
 	}
 	if es := storeEntries(t, other); len(es) != 1 {
@@ -102,7 +105,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	}
 	// Exported again from the importing store: the same file.
 	back := filepath.Join(t.TempDir(), "back"+ExportExt)
-	if _, err := ExportFile(other, "stdlib", back); err != nil {
+	if _, err := ExportFile(other, "stdlib", archs.X86_64, back); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(back); !bytes.Equal(b, first) {
@@ -120,7 +123,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if err != nil || res.Already {
 		t.Fatalf("import --name: %+v %v", res, err)
 	}
-	if got, err := Inspect(other, "mine"); err != nil || got.Name != "mine" || got.Digest != m.Digest {
+	if got, err := Inspect(other, "mine", archs.X86_64); err != nil || got.Name != "mine" || got.Digest != m.Digest {
 		t.Errorf("imported as mine: %+v %v", got, err)
 	}
 	if _, err := ImportFile(other, file, ImportOptions{Name: "../x"}); err == nil {
@@ -142,7 +145,7 @@ func TestImportReplacesOnlyWithForce(t *testing.T) {
 			t.Errorf("import over another image: %v, want it to say %q", err, want)
 		}
 	}
-	if m, _ := Inspect(home, "data"); m.Digest != old.Meta.Digest {
+	if m, _ := Inspect(home, "data", archs.X86_64); m.Digest != old.Meta.Digest {
 		t.Error("the refused import changed the store")
 	}
 	// The running VM has the old one attached: it is replaced all the
@@ -155,7 +158,7 @@ func TestImportReplacesOnlyWithForce(t *testing.T) {
 	if res.Replaced != old.Meta.Digest || !res.InUse {
 		t.Errorf("forced import %+v", res)
 	}
-	if m, _ := Inspect(home, "data"); m.Digest != newer.Digest {
+	if m, _ := Inspect(home, "data", archs.X86_64); m.Digest != newer.Digest {
 		t.Error("the forced import did not replace the image")
 	}
 	if es := storeEntries(t, home); len(es) != 1 {
@@ -240,7 +243,7 @@ func TestImportRefusesDamage(t *testing.T) {
 	if _, err := ImportFile(home, p, ImportOptions{}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("a damaged copy of a stored image: %v", err)
 	}
-	if err := VerifyFile(Path(home, "stdlib"), m.Digest); err != nil {
+	if err := VerifyFile(Path(home, "stdlib", archs.X86_64), m.Digest); err != nil {
 		t.Error(err)
 	}
 }
@@ -264,20 +267,20 @@ func TestImportNewerFormat(t *testing.T) {
 // where the file would have gone.
 func TestExportRefusesDamagedImage(t *testing.T) {
 	home, _, _ := exportFake(t, "stdlib", 3)
-	img := Path(home, "stdlib")
+	img := Path(home, "stdlib", archs.X86_64)
 	os.Chmod(img, 0o644)
 	f, _ := os.OpenFile(img, os.O_RDWR, 0)
 	f.WriteAt([]byte{'X'}, 5000)
 	f.Close()
 	dir := t.TempDir()
-	_, err := ExportFile(home, "stdlib", filepath.Join(dir, "out"+ExportExt))
+	_, err := ExportFile(home, "stdlib", archs.X86_64, filepath.Join(dir, "out"+ExportExt))
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "pybox image build stdlib") {
 		t.Errorf("got %v", err)
 	}
 	if des, _ := os.ReadDir(dir); len(des) != 0 {
 		t.Errorf("left behind: %v", des)
 	}
-	if _, err := ExportFile(home, "nothere", filepath.Join(dir, "x")); !errors.Is(err, ErrNotBuilt) {
+	if _, err := ExportFile(home, "nothere", archs.X86_64, filepath.Join(dir, "x")); !errors.Is(err, ErrNotBuilt) {
 		t.Errorf("exporting a missing image: %v", err)
 	}
 }
@@ -300,8 +303,89 @@ func FuzzImport(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := VerifyFile(Path(home, res.Meta.Name), res.Meta.Digest); err != nil {
+		if err := VerifyFile(Path(home, res.Meta.Name, archs.X86_64), res.Meta.Digest); err != nil {
 			t.Fatalf("the import stored a bad image: %v", err)
 		}
 	})
+}
+
+// An image of another architecture than this machine's imports, into
+// that architecture's place beside the image of the same name, and says
+// what it is for; export keeps its architecture.
+func TestImportKeepsArch(t *testing.T) {
+	home := t.TempDir()
+	arm := storeFakeArch(t, home, "stdlib", archs.Arm64)
+	file := filepath.Join(t.TempDir(), "stdlib"+ExportExt)
+	if _, err := ExportFile(home, "stdlib", archs.Arm64, file); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(bytes.NewReader(mustRead(t, file)))
+	var meta []byte
+	for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+		if h.Name == MetaFile {
+			meta, _ = io.ReadAll(tr)
+		}
+	}
+	if !strings.Contains(string(meta), `"arch": "arm64"`) {
+		t.Errorf("the exported meta.json does not say arm64:\n%s", meta)
+	}
+
+	other := t.TempDir()
+	x86 := storeFakeArch(t, other, "stdlib", archs.X86_64)
+	res, err := ImportFile(other, file, ImportOptions{})
+	if err != nil {
+		t.Fatalf("importing an arm64 stdlib beside an x86_64 one: %v", err)
+	}
+	if res.Replaced != "" || res.Meta.Arch != archs.Arm64 {
+		t.Errorf("import %+v", res)
+	}
+	if archs.Host() != archs.Arm64 && (len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "pybox vm start --arch arm64")) {
+		t.Errorf("notes %q", res.Notes)
+	}
+	for _, m := range []*Meta{x86, arm} {
+		if got, err := Inspect(other, "stdlib", m.Arch); err != nil || got.Digest != m.Digest {
+			t.Errorf("%s after the import: %+v, %v", m.Arch, got, err)
+		}
+	}
+	back := filepath.Join(t.TempDir(), "back"+ExportExt)
+	if _, err := ExportFile(other, "stdlib", archs.Arm64, back); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := mustRead(t, file), mustRead(t, back); !bytes.Equal(a, b) {
+		t.Error("import and export changed the arm64 image's file")
+	}
+}
+
+// An image exported before images recorded their architecture (no arch
+// in its meta.json) is x86_64's.
+func TestImportOldExportIsX86(t *testing.T) {
+	file := metaExport(t, func(_ *Meta, raw []byte) []byte {
+		var fields map[string]any
+		json.Unmarshal(raw, &fields)
+		delete(fields, "arch")
+		b, _ := json.Marshal(fields)
+		return b
+	})
+	p := filepath.Join(t.TempDir(), "old"+ExportExt)
+	os.WriteFile(p, file, 0o644)
+	home := t.TempDir()
+	res, err := ImportFile(home, p, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Meta.Arch != archs.X86_64 {
+		t.Errorf("imported as %q", res.Meta.Arch)
+	}
+	if m, err := Inspect(home, "stdlib", archs.X86_64); err != nil || m.Arch != archs.X86_64 {
+		t.Errorf("the store's: %+v, %v", m, err)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

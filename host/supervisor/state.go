@@ -21,24 +21,27 @@ const (
 // State is state.json: what the supervisor runs, for `pybox vm status`
 // and `pybox vm stop`. The supervisor writes it; it is gone when the VM is.
 type State struct {
-	Phase         string     `json:"phase"`
-	SupervisorPid int        `json:"supervisor_pid"`
-	QEMUPid       int        `json:"qemu_pid,omitempty"`
-	Accel         string     `json:"accel,omitempty"`
-	Machine       string     `json:"machine,omitempty"`
-	Channel       string     `json:"channel,omitempty"`
-	Sandbox       string     `json:"sandbox,omitempty"`
-	StartedAt     time.Time  `json:"started_at"`
-	BootMS        int64      `json:"boot_ms,omitempty"`
-	AgentVersion  string     `json:"agent_version,omitempty"`
-	AgentCommit   string     `json:"agent_commit,omitempty"`
-	GuestKernel   string     `json:"guest_kernel,omitempty"`
-	Capabilities  []string   `json:"capabilities,omitempty"`
-	Kernel        string     `json:"kernel"`
-	Initramfs     string     `json:"initramfs"`
-	MemoryMiB     int        `json:"memory_mib"`
-	CPUs          int        `json:"cpus"`
-	Images        []vm.Image `json:"images"`
+	Phase         string `json:"phase"`
+	SupervisorPid int    `json:"supervisor_pid"`
+	QEMUPid       int    `json:"qemu_pid,omitempty"`
+	Accel         string `json:"accel,omitempty"`
+	// Arch is the guest's architecture (x86_64 or arm64); empty in the
+	// state of a supervisor from before guests had a choice of one.
+	Arch         string     `json:"arch,omitempty"`
+	Machine      string     `json:"machine,omitempty"`
+	Channel      string     `json:"channel,omitempty"`
+	Sandbox      string     `json:"sandbox,omitempty"`
+	StartedAt    time.Time  `json:"started_at"`
+	BootMS       int64      `json:"boot_ms,omitempty"`
+	AgentVersion string     `json:"agent_version,omitempty"`
+	AgentCommit  string     `json:"agent_commit,omitempty"`
+	GuestKernel  string     `json:"guest_kernel,omitempty"`
+	Capabilities []string   `json:"capabilities,omitempty"`
+	Kernel       string     `json:"kernel"`
+	Initramfs    string     `json:"initramfs"`
+	MemoryMiB    int        `json:"memory_mib"`
+	CPUs         int        `json:"cpus"`
+	Images       []vm.Image `json:"images"`
 	// Data are the data folders shared with the guest, read-only.
 	Data []vm.DataShare `json:"data,omitempty"`
 	// GuestImages are the images the guest says it mounted, with the

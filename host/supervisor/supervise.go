@@ -142,7 +142,7 @@ func (s *supervisor) run() error {
 	}
 	c := s.cfg.VM
 	s.state = State{Phase: PhaseBooting, SupervisorPid: os.Getpid(), StartedAt: time.Now().UTC(),
-		Kernel: c.Kernel, Initramfs: c.Initramfs, MemoryMiB: c.MemoryMiB, CPUs: c.CPUs, Images: c.Images, Data: c.Data}
+		Arch: c.Arch, Kernel: c.Kernel, Initramfs: c.Initramfs, MemoryMiB: c.MemoryMiB, CPUs: c.CPUs, Images: c.Images, Data: c.Data}
 	if err := writeState(s.dir, &s.state); err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func (s *supervisor) boot(ctx context.Context, accel string) (*vm.Machine, *Rela
 // failure the VM is killed before it returns.
 func (s *supervisor) attempt(ctx context.Context, a vm.Attempt) (*vm.Machine, *Relay, error) {
 	c := s.cfg.VM
-	s.emit(event{Note: fmt.Sprintf("booting: %s, %s, %d CPUs, %d MiB, %s channel", a.Accel, c.Machine, c.CPUs, c.MemoryMiB, c.Channel)})
+	s.emit(event{Note: fmt.Sprintf("booting: %s, %s %s, %d CPUs, %d MiB, %s channel", a.Accel, c.Arch, c.Machine, c.CPUs, c.MemoryMiB, c.Channel)})
 	s.con.note(fmt.Sprintf("starting the VM (%s, %s) at %s", a.Accel, c.Machine, time.Now().UTC().Format(time.RFC3339)))
 	t0 := time.Now()
 	m, err := vm.Start(c, a, &lineLogger{logf: s.logf, prefix: "qemu: "})

@@ -16,18 +16,24 @@ import (
 	"sync"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/host/folder"
 	"pybox/shared/wire"
 )
 
 // Config is the VM to start.
 type Config struct {
+	// Arch is the guest's architecture: "x86_64" or "arm64" (default:
+	// the host's). On Linux an arm64 guest runs on an x86-64 host under
+	// QEMU's emulator, as the Mac's guest does under Virtualization.framework.
+	Arch      string  `json:"arch,omitempty"`
 	Kernel    string  `json:"kernel"`
 	Initramfs string  `json:"initramfs"`
 	Images    []Image `json:"images,omitempty"`
 	MemoryMiB int     `json:"memory_mib"`
 	CPUs      int     `json:"cpus"`
-	// Machine picks the QEMU machine type: "microvm" (default) or "pc".
+	// Machine picks the QEMU machine type: "microvm" (default) or "pc"
+	// for an x86_64 guest, "virt" (the only one) for an arm64 guest.
 	Machine string `json:"machine,omitempty"`
 	// Channel picks the guest channel: "serial" (virtio-serial, default)
 	// or "vsock".
@@ -78,6 +84,7 @@ const (
 	DefaultCPUs      = 2
 	MachineMicrovm   = "microvm"
 	MachinePC        = "pc"
+	MachineVirt      = "virt"
 	ChannelSerial    = "serial"
 	ChannelVsock     = "vsock"
 )
@@ -108,6 +115,12 @@ func (c *Config) Check() error {
 	if c.Channel == "" {
 		c.Channel = ChannelSerial
 	}
+	if c.Arch == "" {
+		c.Arch = archs.Host()
+	}
+	if err := c.checkMachine(); err != nil {
+		return err
+	}
 	if c.Machine == "" {
 		// microvm boots as fast as pc and is simpler, but has a fixed
 		// number of virtio slots: many images and data folders need pc.
@@ -124,7 +137,7 @@ func (c *Config) Check() error {
 		return err
 	}
 	switch {
-	case c.Machine != MachineMicrovm && c.Machine != MachinePC:
+	case c.Arch == archs.X86_64 && c.Machine != MachineMicrovm && c.Machine != MachinePC:
 		return fmt.Errorf("vm: machine %q: use %s or %s", c.Machine, MachineMicrovm, MachinePC)
 	case c.Channel != ChannelSerial && c.Channel != ChannelVsock:
 		return fmt.Errorf("vm: channel %q: use %s or %s", c.Channel, ChannelSerial, ChannelVsock)
@@ -141,6 +154,28 @@ func (c *Config) Check() error {
 		return err
 	}
 	return c.checkData()
+}
+
+// checkMachine checks the architecture and, for arm64, the machine type:
+// an arm64 guest under QEMU always runs on -M virt, with its devices on
+// PCI as on a Mac.
+func (c *Config) checkMachine() error {
+	switch c.Arch {
+	case archs.X86_64:
+		return nil
+	case archs.Arm64:
+	default:
+		return fmt.Errorf("vm: arch %q: use %s or %s", c.Arch, archs.X86_64, archs.Arm64)
+	}
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	switch c.Machine {
+	case "", MachineVirt:
+		c.Machine = MachineVirt
+		return nil
+	}
+	return fmt.Errorf("vm: machine %q is for x86_64 guests; an arm64 guest runs on %s (leave --machine out)", c.Machine, MachineVirt)
 }
 
 // CheckSize checks a VM's memory and CPUs.
@@ -223,12 +258,13 @@ func FileSHA256(path string) (string, error) {
 // whether its CPU is emulated: it holds OpenBLAS to kernels that run
 // under QEMU's emulator only there.
 func KernelCmdline(cfg Config, accel string) string {
-	args := []string{
-		"console=ttyS0",
-		"loglevel=4",
-		"panic=-1", // a panic reboots, and a reboot ends the VM (-no-reboot)
-		"reboot=t", // reboot with a triple fault: works on every machine type
-		"pybox.accel=" + accel,
+	// An x86_64 guest's console is the 8250 serial port, and it reboots
+	// with a triple fault (works on every machine type). An arm64 guest,
+	// under vz or QEMU's virt, has the virtio console, hvc0, and reboots
+	// with a PSCI call, which ends the VM as well.
+	args := []string{"console=ttyS0", "loglevel=4", "panic=-1", "reboot=t", "pybox.accel=" + accel}
+	if cfg.Arch == archs.Arm64 || accel == "vz" {
+		args = []string{"console=hvc0", "loglevel=4", "panic=-1", "pybox.accel=" + accel}
 	}
 	sorted := append([]Image(nil), cfg.Images...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })

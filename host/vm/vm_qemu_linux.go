@@ -17,14 +17,28 @@ import (
 	"time"
 
 	"github.com/mdlayher/vsock"
+
+	"pybox/host/archs"
 )
 
-// qemuBinary runs x86_64 guests; PYBOX_QEMU overrides it (tests, odd installs).
-func qemuBinary() string {
+// qemuBinary is the QEMU that runs guests of arch; PYBOX_QEMU overrides
+// it (tests, odd installs).
+func qemuBinary(arch string) string {
 	if q := os.Getenv("PYBOX_QEMU"); q != "" {
 		return q
 	}
+	if arch == archs.Arm64 {
+		return "qemu-system-aarch64"
+	}
 	return "qemu-system-x86_64"
+}
+
+// qemuPackage is the Debian package that has qemuBinary(arch).
+func qemuPackage(arch string) string {
+	if arch == archs.Arm64 {
+		return "qemu-system-arm"
+	}
+	return "qemu-system-x86"
 }
 
 // How long to wait for the guest's hello. Under KVM a boot takes well under
@@ -34,6 +48,9 @@ const (
 	kvmProbeTimeout = 6 * time.Second
 	kvmTimeout      = 30 * time.Second
 	tcgTimeout      = 90 * time.Second
+	// An arm64 guest emulated on an x86-64 host boots several times
+	// slower than an x86_64 guest under TCG.
+	emulatedTimeout = 300 * time.Second
 )
 
 // Guest vsock address when the vsock channel is used.
@@ -46,9 +63,12 @@ const (
 // with notes for the person waiting.
 func Plan(home string, cfg Config, requested string) ([]Attempt, []string, error) {
 	if runtime.GOARCH != "amd64" {
-		return nil, nil, fmt.Errorf("vm: QEMU guests are built for x86_64 only; this host is linux/%s", runtime.GOARCH)
+		return nil, nil, fmt.Errorf("vm: on Linux, PyBox runs on x86-64 hosts only; this host is linux/%s", runtime.GOARCH)
 	}
 	tcg := Attempt{Accel: "tcg", Timeout: tcgTimeout}
+	if cfg.Arch == archs.Arm64 {
+		return emulatedPlan(requested, tcg)
+	}
 	switch requested {
 	case "tcg":
 		return []Attempt{tcg}, nil, nil
@@ -66,6 +86,20 @@ func Plan(home string, cfg Config, requested string) ([]Attempt, []string, error
 		}
 		kvm := Attempt{Accel: "kvm", Timeout: kvmProbeTimeout, Probe: true}
 		return []Attempt{kvm, tcg}, []string{"trying kvm (falls back to tcg if it does not boot within 6 s)"}, nil
+	}
+	return nil, nil, fmt.Errorf("vm: accel %q: use auto, kvm or tcg", requested)
+}
+
+// emulatedPlan is the plan for a guest of another architecture than the
+// host's: KVM runs only the host's own, so QEMU emulates it (several
+// times slower again than an x86_64 guest under TCG).
+func emulatedPlan(requested string, tcg Attempt) ([]Attempt, []string, error) {
+	switch requested {
+	case "", "auto", "tcg":
+		tcg.Timeout = emulatedTimeout
+		return []Attempt{tcg}, []string{"the arm64 guest is emulated (tcg) on this x86-64 host: expect a slow boot and slow runs"}, nil
+	case "kvm":
+		return nil, nil, errors.New("vm: kvm runs only guests of the host's own architecture (x86_64): use --accel tcg (or auto) for an arm64 guest")
 	}
 	return nil, nil, fmt.Errorf("vm: accel %q: use auto, kvm or tcg", requested)
 }
@@ -124,6 +158,9 @@ type machineKind struct {
 	// (tsc=reliable): clocks then resolve to the nanosecond, and
 	// clock_gettime no longer needs a system call.
 	needsTSC bool
+	// hvc: the console is a virtio console (hvc0) rather than the
+	// machine's serial port.
+	hvc bool
 }
 
 var machineKinds = map[string]machineKind{
@@ -131,6 +168,9 @@ var machineKinds = map[string]machineKind{
 	// command line itself (virtio_mmio.device=...).
 	MachineMicrovm: {machine: "microvm,acpi=off", suffix: "-device", needsTSC: true},
 	MachinePC:      {machine: "pc", suffix: "-pci"},
+	// The arm64 guest: virtio over PCI, the console on a virtio console
+	// (hvc0), as Virtualization.framework gives it on a Mac.
+	MachineVirt: {machine: "virt", suffix: "-pci", hvc: true},
 }
 
 // qemuArgs builds QEMU's command line. tscKHz is used only where the
@@ -138,8 +178,14 @@ var machineKinds = map[string]machineKind{
 func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	k := machineKinds[cfg.Machine]
 	cpu := "max" // under TCG: every feature QEMU can emulate (numpy's OpenBLAS needs more than the default model)
-	if accel == "kvm" {
+	switch {
+	case accel == "kvm":
 		cpu = "host"
+	case cfg.Arch == archs.Arm64:
+		// Pointer authentication's architected algorithm (QARMA) is
+		// costly to emulate; the implementation-defined one is cheap and
+		// as good to a guest that only needs it to work.
+		cpu = "max,pauth-impdef=on"
 	}
 	cmdline := KernelCmdline(cfg, accel)
 	if k.cmdline != "" {
@@ -162,11 +208,17 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 		"-kernel", cfg.Kernel,
 		"-initrd", cfg.Initramfs,
 		"-append", cmdline,
-		// The serial console is QEMU's stdio: pipes to the supervisor, so
+		// The console is QEMU's stdio: pipes to the supervisor, so
 		// nothing the guest prints early is lost before anyone connects.
 		"-chardev", "stdio,id=con,signal=off",
-		"-serial", "chardev:con",
 		"-device", "virtio-rng" + k.suffix,
+	}
+	serial := false // whether a virtio-serial device is there for ports
+	if k.hvc {
+		args = append(args, "-device", "virtio-serial"+k.suffix, "-device", "virtconsole,chardev=con")
+		serial = true
+	} else {
+		args = append(args, "-serial", "chardev:con")
 	}
 	if !cfg.KeepMemory {
 		// Free page reporting: the guest kernel tells QEMU which pages
@@ -178,8 +230,10 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	if cfg.Channel == ChannelVsock {
 		args = append(args, "-device", fmt.Sprintf("vhost-vsock%s,guest-cid=%d", k.suffix, guestCID))
 	} else {
+		if !serial {
+			args = append(args, "-device", "virtio-serial"+k.suffix)
+		}
 		args = append(args,
-			"-device", "virtio-serial"+k.suffix,
 			"-chardev", "socket,id=ch,path="+cfg.Dir+"/guest.sock,server=on,wait=off",
 			"-device", "virtserialport,chardev=ch,name=pybox")
 	}
@@ -243,14 +297,14 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 			return nil, errors.New("vm: the vsock channel needs /dev/vhost-vsock (try: modprobe vhost_vsock), or use --channel serial")
 		}
 	}
-	qemu, err := exec.LookPath(qemuBinary())
+	qemu, err := exec.LookPath(qemuBinary(cfg.Arch))
 	if err != nil {
-		return nil, fmt.Errorf("vm: %w (try: apt-get install qemu-system-x86, or make deps)", err)
+		return nil, fmt.Errorf("vm: %w (try: apt-get install %s, or make deps)", err, qemuPackage(cfg.Arch))
 	}
 	sandbox := hasSandbox(qemu)
 	if !sandbox && !cfg.NoQEMUSandbox {
 		return nil, fmt.Errorf("vm: %s was built without its seccomp sandbox (-sandbox), which confines QEMU if a guest ever escapes into it: "+
-			"install a QEMU that has it (Debian's qemu-system-x86 does), or start with --no-qemu-sandbox to run without it", qemu)
+			"install a QEMU that has it (Debian's %s does), or start with --no-qemu-sandbox to run without it", qemu, qemuPackage(cfg.Arch))
 	}
 	os.Remove(cfg.Dir + "/guest.sock")
 	cmd := exec.Command(qemu, qemuArgs(cfg, a.Accel, tsc, sandbox)...)

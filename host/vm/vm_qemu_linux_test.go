@@ -3,6 +3,7 @@ package vm
 import (
 	"os"
 	"path/filepath"
+	"pybox/host/archs"
 	"slices"
 	"strings"
 	"testing"
@@ -219,5 +220,63 @@ func TestAlive(t *testing.T) {
 	}
 	if Alive(0, "") {
 		t.Error("pid 0 alive")
+	}
+}
+
+// The arm64 guest (the Mac's) boots on QEMU's virt machine the way vz
+// boots it: the console on hvc0, the images as virtio-blk disks with the
+// image's name as serial, PCI transports, and a CPU whose pointer
+// authentication is cheap to emulate.
+func TestQEMUArgsArm64(t *testing.T) {
+	cfg := testConfig(t, MachineVirt)
+	cfg.Arch = archs.Arm64
+	if err := cfg.Check(); err != nil {
+		t.Fatal(err)
+	}
+	args := qemuArgs(cfg, "tcg", 0, true)
+	if got := qemuBinary(archs.Arm64); got != "qemu-system-aarch64" && os.Getenv("PYBOX_QEMU") == "" {
+		t.Errorf("binary %q", got)
+	}
+	if got := argAfter(args, "-machine"); len(got) != 1 || !strings.HasPrefix(got[0], "virt") {
+		t.Errorf("-machine %v", got)
+	}
+	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{"max,pauth-impdef=on"}) {
+		t.Errorf("-cpu %v", got)
+	}
+	cmdline := argAfter(args, "-append")[0]
+	if !strings.Contains(cmdline, "console=hvc0") || strings.Contains(cmdline, "ttyS0") || strings.Contains(cmdline, "tsc") || strings.Contains(cmdline, "reboot=t") {
+		t.Errorf("kernel command line %q: want hvc0 and nothing of x86's", cmdline)
+	}
+	if vz := vzCmdline(cfg); !strings.Contains(vz, "console=hvc0") {
+		t.Errorf("vz's command line %q", vz)
+	}
+	devices := strings.Join(argAfter(args, "-device"), " ")
+	for _, want := range []string{"virtio-serial-pci", "virtconsole,chardev=con", "virtserialport,chardev=ch,name=pybox", "virtio-blk-pci,drive=img0,serial=stdlib", "virtio-rng-pci"} {
+		if !strings.Contains(devices, want) {
+			t.Errorf("devices %q lack %q", devices, want)
+		}
+	}
+	if strings.Contains(devices, "-device ") || strings.Contains(devices, "virtio-blk-device") || slices.Contains(args, "-serial") {
+		t.Errorf("an x86 or mmio device in %q", args)
+	}
+
+	// Emulated: no KVM, a longer boot allowance, and the user is told.
+	plan, notes, err := Plan(t.TempDir(), cfg, "auto")
+	if err != nil || len(plan) != 1 || plan[0].Accel != "tcg" || plan[0].Timeout != emulatedTimeout || len(notes) != 1 || !strings.Contains(notes[0], "emulated") {
+		t.Errorf("Plan: %+v %q %v", plan, notes, err)
+	}
+	if _, _, err := Plan(t.TempDir(), cfg, "kvm"); err == nil || !strings.Contains(err.Error(), "host's own architecture") {
+		t.Errorf("Plan kvm: %v", err)
+	}
+	// The virt machine is for arm64; an x86_64 guest cannot ask for it,
+	// nor an arm64 guest for microvm.
+	bad := cfg
+	bad.Machine = MachineMicrovm
+	if bad.Check() == nil {
+		t.Error("an arm64 guest on microvm passed the check")
+	}
+	bad = testConfig(t, MachineVirt)
+	if bad.Check() == nil {
+		t.Error("an x86_64 guest on virt passed the check")
 	}
 }

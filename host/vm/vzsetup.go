@@ -1,25 +1,15 @@
 package vm
 
-import "strings"
+import "pybox/host/archs"
 
 // What the vz backend (vm_vz_darwin.go) gives the guest, kept in a file
 // every system builds so that it is tested on Linux too.
 
-// vzCmdline is KernelCmdline for a vz guest: the console is the virtio
-// console, hvc0, and reboot=t (an x86 triple fault) has no meaning on
-// arm64, where a reboot is a PSCI call and stops the VM.
+// vzCmdline is KernelCmdline for a vz guest: an arm64 guest, whose
+// console is the virtio console, hvc0.
 func vzCmdline(cfg Config) string {
-	var args []string
-	for _, a := range strings.Fields(KernelCmdline(cfg, "vz")) {
-		switch {
-		case strings.HasPrefix(a, "console="):
-			args = append(args, "console=hvc0")
-		case a == "reboot=t":
-		default:
-			args = append(args, a)
-		}
-	}
-	return strings.Join(args, " ")
+	cfg.Arch = archs.Arm64
+	return KernelCmdline(cfg, "vz")
 }
 
 // vzDiskIDBytes is the most a virtio-blk serial holds, and so the most

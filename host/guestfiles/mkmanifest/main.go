@@ -10,11 +10,12 @@ import (
 	"fmt"
 	"os"
 
+	"pybox/host/archs"
 	"pybox/host/guestfiles"
 )
 
 func main() {
-	arch := flag.String("arch", guestfiles.Arch(), "the guest architecture: x86_64 or arm64")
+	arch := flag.String("arch", archs.Host(), "the guest architecture: x86_64 or arm64")
 	version := flag.String("version", "", "the guest agent's version")
 	commit := flag.String("commit", "", "the guest agent's commit")
 	flag.Usage = func() {
