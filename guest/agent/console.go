@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"pybox/shared/wire"
+	"sync"
 
 	"bufio"
 	"encoding/json"
@@ -73,14 +75,41 @@ func (a *Agent) cmdWarm(w io.Writer, args []string) {
 }
 
 // Console runs the prompt on the serial console: a line in, a plain text
-// answer out. It returns when in ends.
+// answer out. It returns when in ends. Each answer, with the prompt after
+// it, goes out in one Write: the log shares the console (see
+// ConsoleWriter), and a log line must not land inside an answer, where a
+// reader on the host would take it for part of the status.
 func (a *Agent) Console(in io.Reader, out io.Writer) error {
 	sc := bufio.NewScanner(in)
+	var answer bytes.Buffer
 	for sc.Scan() {
-		a.Command(sc.Text(), out)
-		fmt.Fprint(out, prompt)
+		answer.Reset()
+		a.Command(sc.Text(), &answer)
+		answer.WriteString(prompt)
+		if _, err := out.Write(answer.Bytes()); err != nil {
+			return err
+		}
 	}
 	return sc.Err()
+}
+
+// ConsoleWriter is the console shared by its two writers, the log and the
+// prompt: one Write at a time, each whole. A tty takes a write() whole
+// against other writers, but the console is non-blocking, so a long
+// answer can go out in several write()s, between which the log could
+// write.
+type ConsoleWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// NewConsoleWriter shares w.
+func NewConsoleWriter(w io.Writer) *ConsoleWriter { return &ConsoleWriter{w: w} }
+
+func (c *ConsoleWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.w.Write(p)
 }
 
 // Command answers one console line.

@@ -81,3 +81,26 @@ func TestConsoleLoop(t *testing.T) {
 		t.Errorf("console wrote %q", got)
 	}
 }
+
+// writes records each Write apart.
+type writes struct{ got []string }
+
+func (w *writes) Write(p []byte) (int, error) { w.got = append(w.got, string(p)); return len(p), nil }
+
+// Each answer leaves in one Write, its prompt included, so the log's
+// lines (written between Writes) never split an answer.
+func TestConsoleAnswersWhole(t *testing.T) {
+	a := consoleAgent(t)
+	w := &writes{}
+	if err := a.Console(strings.NewReader("status\nhelp\n"), NewConsoleWriter(w)); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.got) != 2 {
+		t.Fatalf("%d writes for 2 commands: %q", len(w.got), w.got)
+	}
+	for i, want := range []string{"agent", "status"} {
+		if !strings.Contains(w.got[i], want) || !strings.HasSuffix(w.got[i], prompt) {
+			t.Errorf("write %d = %q: want the whole answer (with %q) and the prompt", i, w.got[i], want)
+		}
+	}
+}

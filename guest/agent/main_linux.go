@@ -28,7 +28,8 @@ const keepLogLines = 500
 func Main() {
 	start := time.Now()
 	console := openConsole()
-	log := boot.NewLog(console, keepLogLines, boot.Uptime)
+	out := NewConsoleWriter(console)
+	log := boot.NewLog(out, keepLogLines, boot.Uptime)
 	kernel := boot.KernelRelease()
 	log.Printf("pybox-agent %s (%s) on Linux %s", Version, Commit, kernel)
 	ignoreSignals(log)
@@ -92,7 +93,7 @@ func Main() {
 	// cache (warmImages), in the background.
 	b.StartWarming()
 	go func() {
-		err := a.Console(console, console)
+		err := a.Console(console, out)
 		log.Printf("agent: console prompt ended: %v", err)
 	}()
 	listeners := []Listener{channel.VirtioPort(channel.PortName, log.Printf)}
