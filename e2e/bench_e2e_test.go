@@ -46,12 +46,12 @@ type benchKnobs struct {
 	PandasAlt int `json:"pandas_alt"` // BENCH_PANDAS_RUNS: pandas samples per alternative
 	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program in each series, warm and cold
 	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
-	// boots, vm, warm, data, memory, hardening); empty runs them all.
+	// boots, vm, warm, data, memory, hardening, arm64); empty runs them all.
 	Only string `json:"only,omitempty"`
 }
 
 // benchParts are the bench's parts, in the order they run.
-var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening"}
+var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening", "arm64"}
 
 // runs says whether the part is in this run.
 func (k benchKnobs) runs(part string) bool {
@@ -199,7 +199,7 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 	parts := map[string]func(*testing.B, *benchReport, benchKnobs){
-		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal,
+		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64,
 	}
 	for _, p := range benchParts {
 		if k.runs(p) {
@@ -902,6 +902,7 @@ func markdown(r *benchReport) string {
 		{"drift", "Long VM life and throughput"},
 		{"hardening", "What the posture check and the seccomp filter cost (benchmark build of the agent, same VM)"},
 		{"memory", "Memory: the VM on the host, and what giving freed memory back costs"},
+		{"arm64", "The arm64 guest (the Mac's) under QEMU's emulation, beside this host's guest, taking turns (for the record)"},
 	}
 	for _, t := range titles {
 		if !slices.ContainsFunc(r.Figures, func(f *figure) bool { return f.Section == t.sec }) {

@@ -17,7 +17,7 @@ import (
 // run. Its seal switch works only here.
 func TestBenchAgentRunsNothing(t *testing.T) {
 	guestArtifactsForTest(t)
-	initramfs, _ := filepath.Abs(filepath.Join("..", "build", "x86_64", "bench", "initramfs.cpio"))
+	initramfs, _ := filepath.Abs(filepath.Join("..", "build", guestArch, "bench", "initramfs.cpio"))
 	if _, err := os.Stat(initramfs); err != nil {
 		needs.Unavailable(t, "no "+initramfs+": run `make bench-guest` (make test builds it)")
 	}

@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -32,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/host/image"
 	"pybox/host/paths"
 	"pybox/host/vm"
@@ -82,16 +82,16 @@ func startBoxVM(t *testing.T) {
 		sharedVM.err = err
 		return
 	}
-	missing, err := linkImagesInto(home, "stdlib")
+	missing, err := linkImagesInto(home, guestArch, "stdlib")
 	if err != nil || missing != "" {
 		sharedVM.skip, sharedVM.err = missing, err
 		return
 	}
-	if _, sharedVM.digest, err = image.Lookup(home, "stdlib"); err != nil {
+	if _, sharedVM.digest, err = image.LookupArch(home, "stdlib", guestArch); err != nil {
 		sharedVM.err = err
 		return
 	}
-	e := &vmEnv{t: t, bin: pyboxBin(t), home: home}
+	e := &vmEnv{t: t, bin: pyboxBin(t), home: home, arch: guestArch}
 	e.env = append(os.Environ(), "PYBOX_HOME="+home, "PYBOX_KERNEL="+k, "PYBOX_INITRAMFS="+i)
 	sharedVM.env = e
 	atExit = append(atExit, func() { stopSharedVM(e) })
@@ -544,7 +544,7 @@ print(time.get_clock_info("perf_counter").resolution, steps[50])
 			}
 		}
 		accel := e.state().Accel
-		want := accel != "kvm" && runtime.GOARCH == "amd64"
+		want := accel != "kvm" && guestArch == archs.X86_64 // an x86-64 OpenBLAS only
 		if got := slices.Contains(env, "OPENBLAS_CORETYPE=Prescott"); got != want {
 			t.Errorf("under %s: OPENBLAS_CORETYPE=Prescott set %v, want %v (%q)", accel, got, want, env)
 		}

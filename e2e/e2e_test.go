@@ -1,12 +1,14 @@
 package e2e
 
 // End-to-end tests: the real pybox binary, the real kernel and initramfs
-// from build/x86_64/ (or $PYBOX_KERNEL / $PYBOX_INITRAMFS), real QEMU
-// (TCG here), each in its own temporary PYBOX_HOME.
+// from build/x86_64/ (or $PYBOX_KERNEL / $PYBOX_INITRAMFS; build/arm64/
+// with PYBOX_E2E_ARCH=arm64), real QEMU (TCG here), each in its own
+// temporary PYBOX_HOME.
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -24,7 +26,10 @@ import (
 	"testing"
 	"time"
 
+	"pybox/host/archs"
 	"pybox/host/client"
+	"pybox/host/guestfiles"
+	"pybox/host/image"
 	"pybox/host/paths"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
@@ -63,26 +68,51 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// guestArch is the guest architecture the suite runs against: the
+// host's, or arm64 with PYBOX_E2E_ARCH=arm64 (make test-arm64), which
+// QEMU emulates. Every `pybox vm start` of the suite then starts that
+// guest, and its image commands take that architecture's images (see
+// vmEnv.command).
+var guestArch = cmp.Or(os.Getenv("PYBOX_E2E_ARCH"), archs.Host())
+
+// foreignGuest reports whether the suite runs against an emulated guest
+// of another architecture than the host's.
+func foreignGuest() bool { return guestArch != archs.Host() }
+
+// guestPaths are the kernel and initramfs of an arch guest: from
+// build/ARCH/, or for the host's architecture $PYBOX_KERNEL and
+// $PYBOX_INITRAMFS when set.
+func guestPaths(arch string) (kernel, initramfs string) {
+	pick := func(env, name string) string {
+		if p := os.Getenv(env); p != "" && arch == archs.Host() {
+			return p
+		}
+		p, _ := filepath.Abs(filepath.Join("..", "build", arch, name))
+		return p
+	}
+	return pick("PYBOX_KERNEL", guestfiles.KernelName(arch)), pick("PYBOX_INITRAMFS", guestfiles.InitramfsName)
+}
+
 // guestArtifactsForTest finds the kernel and initramfs, or stops the test:
 // a skip with the fix when they are missing, and a failure in CI, where
 // a skipped suite would hide that nothing was tested.
 func guestArtifactsForTest(t testing.TB) (string, string) {
 	t.Helper()
-	pick := func(env, name string) string {
-		if p := os.Getenv(env); p != "" {
-			return p
-		}
-		p, _ := filepath.Abs(filepath.Join("..", "build", "x86_64", name))
-		return p
-	}
-	k, i := pick("PYBOX_KERNEL", "bzImage"), pick("PYBOX_INITRAMFS", "initramfs.cpio")
+	return guestArtifacts(t, guestArch)
+}
+
+// guestArtifacts is guestArtifactsForTest for an arch guest.
+func guestArtifacts(t testing.TB, arch string) (string, string) {
+	t.Helper()
+	k, i := guestPaths(arch)
 	for _, p := range []string{k, i} {
 		if _, err := os.Stat(p); err != nil {
-			needs.Unavailable(t, fmt.Sprintf("no %s: run `make` first (it builds the kernel and the initramfs), or set PYBOX_KERNEL and PYBOX_INITRAMFS", p))
+			needs.Unavailable(t, fmt.Sprintf("no %s: run `make ARCH=%s` first (it builds the kernel and the initramfs), or set PYBOX_KERNEL and PYBOX_INITRAMFS", p, arch))
 		}
 	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		needs.Unavailable(t, "no qemu-system-x86_64: run `make deps`")
+	qemu := map[string]string{archs.X86_64: "qemu-system-x86_64", archs.Arm64: "qemu-system-aarch64"}[arch]
+	if _, err := exec.LookPath(qemu); err != nil {
+		needs.Unavailable(t, "no "+qemu+": run `make deps`")
 	}
 	return k, i
 }
@@ -113,6 +143,9 @@ type vmEnv struct {
 	bin  string
 	home string
 	env  []string
+	// arch is the guest's architecture (guestArch unless a test asks for
+	// another): its images are linked, its guest files booted.
+	arch string
 	// dir and user, when set, are the working directory and the user
 	// every command runs in and as.
 	dir  string
@@ -121,6 +154,17 @@ type vmEnv struct {
 
 // command is the binary with args, in e's environment.
 func (e *vmEnv) command(args ...string) *exec.Cmd {
+	if e.arch != "" && e.arch != archs.Host() && len(args) >= 2 {
+		// The test's own flags come after, so a test that names its
+		// own initramfs still gets it.
+		switch cmd := args[0] + " " + args[1]; cmd {
+		case "vm start":
+			k, i := guestPaths(e.arch)
+			args = append([]string{"vm", "start", "--arch", e.arch, "--kernel", k, "--initramfs", i}, args[2:]...)
+		case "image build", "image export", "image inspect", "image rm":
+			args = append([]string{args[0], args[1], "--arch", e.arch}, args[2:]...)
+		}
+	}
 	cmd := exec.Command(e.bin, args...)
 	cmd.Env, cmd.Dir = e.env, e.dir
 	if e.user != nil {
@@ -129,14 +173,17 @@ func (e *vmEnv) command(args ...string) *exec.Cmd {
 	return cmd
 }
 
-func newVMEnv(t testing.TB) *vmEnv {
-	k, i := guestArtifactsForTest(t)
+func newVMEnv(t testing.TB) *vmEnv { return newArchEnv(t, guestArch) }
+
+// newArchEnv is newVMEnv for an arch guest.
+func newArchEnv(t testing.TB, arch string) *vmEnv {
+	k, i := guestArtifacts(t, arch)
 	// A short path: unix socket paths are limited to about 100 bytes.
 	home, err := os.MkdirTemp("", "pybox-e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &vmEnv{t: t, bin: pyboxBin(t), home: home}
+	e := &vmEnv{t: t, bin: pyboxBin(t), home: home, arch: arch}
 	e.env = append(os.Environ(), "PYBOX_HOME="+home, "PYBOX_KERNEL="+k, "PYBOX_INITRAMFS="+i)
 	t.Cleanup(func() {
 		e.pybox("vm", "stop")
@@ -438,7 +485,7 @@ func TestVMStartFailureLeavesNothing(t *testing.T) {
 // nothing is left running: one byte changed, or the file cut short.
 func TestVMStartRefusesDamagedImage(t *testing.T) {
 	e := newVMEnv(t)
-	src, missing, err := userImage("stdlib")
+	src, missing, err := userImage("stdlib", guestArch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +493,7 @@ func TestVMStartRefusesDamagedImage(t *testing.T) {
 		needs.Unavailable(t, missing)
 	}
 	// A copy: the user's own image stays whole.
-	dst := filepath.Join(paths.ImagesDir(e.home), "stdlib")
+	dst := image.Dir(e.home, "stdlib", guestArch)
 	os.MkdirAll(dst, 0o755)
 	for _, f := range []string{"meta.json", "image.erofs"} {
 		b, err := os.ReadFile(filepath.Join(src, f))
@@ -619,7 +666,7 @@ func TestVMHangingKVMFallsBack(t *testing.T) {
 // with the fix, or a failure in CI.
 func linkImages(t testing.TB, e *vmEnv, names ...string) {
 	t.Helper()
-	missing, err := linkImagesInto(e.home, names...)
+	missing, err := linkImagesInto(e.home, cmp.Or(e.arch, guestArch), names...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,34 +678,35 @@ func linkImages(t testing.TB, e *vmEnv, names ...string) {
 // linkImagesInto links the named images of the user's image store into
 // home's store. missing says which image is not built, and how to build
 // it; err is anything else that went wrong.
-func linkImagesInto(home string, names ...string) (missing string, err error) {
+func linkImagesInto(home, arch string, names ...string) (missing string, err error) {
 	dst := paths.ImagesDir(home)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return "", err
 	}
 	for _, n := range names {
-		src, missing, err := userImage(n)
+		src, missing, err := userImage(n, arch)
 		if missing != "" || err != nil {
 			return missing, err
 		}
-		if err := os.Symlink(src, filepath.Join(dst, n)); err != nil {
+		if err := os.Symlink(src, image.Dir(home, n, arch)); err != nil {
 			return "", err
 		}
 	}
 	return "", nil
 }
 
-// userImage finds the directory of a built image in the user's store
-// (where `make images` puts them), or says it is missing.
-func userImage(name string) (dir, missing string, err error) {
+// userImage finds the directory of a built image of the guest's
+// architecture in the user's store (where `make images` puts them), or
+// says it is missing.
+func userImage(name, arch string) (dir, missing string, err error) {
 	home, err := paths.Home()
 	if err != nil {
 		return "", "", err
 	}
-	dir = filepath.Join(paths.ImagesDir(home), name)
+	dir = image.Dir(home, name, arch)
 	for _, f := range []string{"image.erofs", "meta.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return "", fmt.Sprintf("no image %s in %s: build the images with `make images` (they go to $PYBOX_HOME/images)", name, paths.ImagesDir(home)), nil
+			return "", fmt.Sprintf("no %s image %s in %s: build the images with `make images ARCH=%s` (they go to $PYBOX_HOME/images)", arch, name, paths.ImagesDir(home), arch), nil
 		}
 	}
 	return dir, "", nil

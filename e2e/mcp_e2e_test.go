@@ -87,10 +87,10 @@ func bootMCPVM(t testing.TB) {
 		mcpVM.err = err
 		return
 	}
-	e := &vmEnv{t: t, bin: pyboxBin(t), home: home}
+	e := &vmEnv{t: t, bin: pyboxBin(t), home: home, arch: guestArch}
 	e.env = append(os.Environ(), "PYBOX_HOME="+home, "PYBOX_KERNEL="+k, "PYBOX_INITRAMFS="+i)
 	atExit = append(atExit, func() { stopSharedVM(e) })
-	missing, err := linkImagesInto(home, "stdlib", "data")
+	missing, err := linkImagesInto(home, guestArch, "stdlib", "data")
 	if missing != "" || err != nil {
 		mcpVM.skip, mcpVM.err = missing, err
 		return
@@ -119,7 +119,7 @@ func needImage(t *testing.T, e *vmEnv, name string) {
 // noVMEnv is a PYBOX_HOME with no VM in it.
 func noVMEnv(t *testing.T) *vmEnv {
 	home := t.TempDir()
-	e := &vmEnv{t: t, bin: pyboxBin(t), home: home}
+	e := &vmEnv{t: t, bin: pyboxBin(t), home: home, arch: guestArch}
 	e.env = append(os.Environ(), "PYBOX_HOME="+home)
 	return e
 }

@@ -10,7 +10,9 @@
 # BENCH_WARM_RUNS (each warm and cold call: after a 2 s think, back to back,
 # and, warm, with the box ready; 3),
 # BENCH_ONLY (a comma-separated subset of alternatives, boots, vm, warm,
-# data, memory, hardening), BENCH_DROP_CACHES=0 (keep the host page cache before the
+# data, memory, hardening, arm64: the arm64 guest emulated by QEMU beside
+# this host's, which needs `make ARCH=arm64` and its stdlib image, as
+# `make bench` builds them), BENCH_DROP_CACHES=0 (keep the host page cache before the
 # cold boots; by default they drop it, which needs root).
 # BENCH_INITRAMFS is the benchmark build of the agent (make bench-guest),
 # whose console can switch off the posture check and the seccomp filter;
