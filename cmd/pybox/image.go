@@ -13,9 +13,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/image"
 	"pybox/host/vm"
+	"pybox/shared/archs"
 )
 
 func init() {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/image"
 	"pybox/host/paths"
+	"pybox/shared/archs"
 )
 
 func TestImageHelpAndUsage(t *testing.T) {

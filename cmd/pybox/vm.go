@@ -14,12 +14,12 @@ import (
 	"syscall"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/guestfiles"
 	"pybox/host/paths"
 	"pybox/host/service"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
+	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
 

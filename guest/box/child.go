@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"pybox/guest/seccomp"
+	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
 
@@ -443,6 +444,10 @@ func startProgram(argv, env []string, control bool) (int, error) {
 		if err = e; !errors.Is(e, unix.ENOENT) {
 			break
 		}
+	}
+	if errors.Is(err, unix.ENOEXEC) {
+		// An image of another architecture, attached by --image-file.
+		return 0, fmt.Errorf("%s: %w: the image's python3 is not built for this %s guest (build or import the image for %s)", argv[0], err, archs.Host(), archs.Host())
 	}
 	return 0, fmt.Errorf("%s: %w (is it in the image?)", argv[0], err)
 }

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 )
 
 // The variables that name the guest files.

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
 

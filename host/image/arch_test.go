@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 )
 
 // Debian and qemu-user name the architectures their own way.

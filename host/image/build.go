@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 )
 
 // EnvCache overrides the cache directory's parent (default ~/.cache/pybox).

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/paths"
+	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
 

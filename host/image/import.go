@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 
-	"pybox/host/archs"
 	"pybox/host/paths"
+	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 )
 
 // filesUnder lists every file under dir (the store, its work files and

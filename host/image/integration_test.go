@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 	"pybox/shared/needs"
 	"pybox/shared/wire"
 )

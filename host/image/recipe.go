@@ -14,7 +14,7 @@ import (
 	"slices"
 	"strings"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 	"pybox/shared/launcher"
 	"pybox/shared/wire"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 )
 
 func TestBuiltInRecipes(t *testing.T) {

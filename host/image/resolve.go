@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 )
 
 // Attached is an image the VM attaches: its name, file and digest (hex).

@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/paths"
+	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
 

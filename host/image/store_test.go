@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"pybox/host/archs"
 	"pybox/host/paths"
+	"pybox/shared/archs"
 )
 
 // storeFake puts a fake image called name into home's store.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/paths"
+	"pybox/shared/archs"
 )
 
 // exportFake stores a fake image called name in a new home and exports

@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/folder"
+	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
 

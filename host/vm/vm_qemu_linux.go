@@ -18,7 +18,7 @@ import (
 
 	"github.com/mdlayher/vsock"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 )
 
 // qemuBinary is the QEMU that runs guests of arch; PYBOX_QEMU overrides

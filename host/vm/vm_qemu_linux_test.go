@@ -3,7 +3,7 @@ package vm
 import (
 	"os"
 	"path/filepath"
-	"pybox/host/archs"
+	"pybox/shared/archs"
 	"slices"
 	"strings"
 	"testing"

@@ -1,6 +1,6 @@
 package vm
 
-import "pybox/host/archs"
+import "pybox/shared/archs"
 
 // What the vz backend (vm_vz_darwin.go) gives the guest, kept in a file
 // every system builds so that it is tested on Linux too.

@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"os"
 
-	"pybox/host/archs"
 	"pybox/host/guestfiles"
+	"pybox/shared/archs"
 )
 
 func main() {

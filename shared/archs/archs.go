@@ -1,7 +1,8 @@
-// Package archs names the guest architectures PyBox knows, as the host
-// spells them everywhere: build/ARCH and lib/pybox/ARCH for the guest
-// files, the image store's NAME@ARCH, `--arch` on the command line and
-// "arch" in state.json and an image's meta.json.
+// Package archs names the guest architectures PyBox knows, as host and
+// guest spell them everywhere: build/ARCH and lib/pybox/ARCH for the
+// guest files, the image store's NAME@ARCH, `--arch` on the command line,
+// "arch" in state.json and an image's meta.json, and the guest's own
+// errors.
 package archs
 
 import (
