@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
-	"pybox/host/archs"
+	"pybox/host/image"
 	"pybox/host/vm"
+	"pybox/shared/archs"
+	"pybox/shared/needs"
 	"pybox/shared/wire"
 )
 
@@ -49,19 +52,42 @@ func TestArm64Guest(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "in.csv"), []byte("n\n1\n2\n39\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.mustStart("--images", "stdlib", "--data", "d="+data)
+	// The host's stdlib image too, attached as a file: the wrong
+	// architecture, which a box of it must refuse with the reason.
+	x86, missing, err := userImage("stdlib", archs.X86_64)
+	if err != nil || missing != "" {
+		needs.Unavailable(t, fmt.Sprint(missing, err))
+	}
+	e.mustStart("--images", "stdlib", "--image-file", "x86="+filepath.Join(x86, image.ImageFile), "--data", "d="+data)
 	if st := e.state(); st.Arch != archs.Arm64 || st.Accel != "tcg" || st.Machine != vm.MachineVirt {
 		t.Errorf("the VM is %s on %s (%s), want arm64 on virt (tcg)", st.Arch, st.Machine, st.Accel)
 	}
 
 	r := runPy(t, e, fmt.Sprintf(arm64Program, syscallNumbers[archs.Arm64]["mount"]), "--data", "d", "--timeout", "30")
-	rc := expectEnd(t, r, wire.StatusOK)
+	rc := expectOK(t, r)
 	expectResults(t, rc, []probe{
 		{"machine", "aarch64"}, {"sum", "42"}, {"seccomp", "2"}, {"raw-socket", "EPERM"}, {"mount", "EPERM"},
 	})
 
+	r = runPy(t, e, "print(1)", "--image", "x86", "--timeout", "10")
+	if rc := r.receipt(t); rc.Status != wire.StatusRefused || !strings.Contains(rc.Reason, "not built for this arm64 guest") || rc.Cleanup.Status != wire.CleanupRemoved {
+		t.Errorf("a run on the x86_64 image: %s (%s), cleanup %s", rc.Status, rc.Reason, rc.Cleanup.Status)
+	}
+
 	// Every escape of the hostile suite, by arm64's syscall numbers.
 	r = runPy(t, e, escapeProgram(archs.Arm64), "--timeout", "30")
-	rc = expectEnd(t, r, wire.StatusOK)
+	rc = expectOK(t, r)
 	expectResults(t, rc, escapeProbes(archs.Arm64))
+}
+
+// expectOK checks that a run ended ok, its box sealed as on any guest and
+// removed.
+func expectOK(t *testing.T, r *boxRun) *wire.Receipt {
+	t.Helper()
+	rc := r.receipt(t)
+	if rc.Status != wire.StatusOK || rc.Cleanup.Status != wire.CleanupRemoved || r.code != 0 {
+		t.Errorf("status %s (%s), cleanup %s, exit %d", rc.Status, rc.Reason, rc.Cleanup.Status, r.code)
+	}
+	expectPosture(t, rc.Posture)
+	return rc
 }

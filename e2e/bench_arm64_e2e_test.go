@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 )
 
 func benchArm64(b *testing.B, r *benchReport, k benchKnobs) {

@@ -31,10 +31,10 @@ import (
 	"testing"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/image"
 	"pybox/host/paths"
 	"pybox/host/vm"
+	"pybox/shared/archs"
 	"pybox/shared/needs"
 	"pybox/shared/wire"
 )

@@ -26,13 +26,13 @@ import (
 	"testing"
 	"time"
 
-	"pybox/host/archs"
 	"pybox/host/client"
 	"pybox/host/guestfiles"
 	"pybox/host/image"
 	"pybox/host/paths"
 	"pybox/host/supervisor"
 	"pybox/host/vm"
+	"pybox/shared/archs"
 	"pybox/shared/frame"
 	"pybox/shared/needs"
 	"pybox/shared/wire"
@@ -530,7 +530,11 @@ func TestVMStartRefusesDamagedImage(t *testing.T) {
 				if code == 0 {
 					t.Fatalf("%v with a damaged image succeeded: %s", args, out)
 				}
-				for _, want := range []string{"image stdlib: the image is damaged", c.want, "rebuild it with `pybox image build stdlib`"} {
+				rebuild := "rebuild it with `pybox image build stdlib`"
+				if foreignGuest() {
+					rebuild = "rebuild it with `pybox image build stdlib --arch " + guestArch + "`"
+				}
+				for _, want := range []string{"image stdlib: the image is damaged", c.want, rebuild} {
 					if !strings.Contains(errOut, want) {
 						t.Errorf("%v: the refusal does not say %q:\n%s", args, want, errOut)
 					}

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"pybox/host/archs"
+	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
 
@@ -159,7 +159,7 @@ sysc("acct", NR["acct"], b"/tmp/x")
 sysc("iopl", NR["iopl"], 3)
 sysc("ioperm", NR["ioperm"], 0, 1, 1)
 sysc("settimeofday", NR["settimeofday"], None, None)
-sysc("vhangup", 153)
+sysc("vhangup", NR["vhangup"])
 sysc("ioctl-TIOCSTI", NR["ioctl"], 0, 0x5412, ctypes.c_char_p(b"x"))
 sysc("set_mempolicy_home_node", NR["set_mempolicy_home_node"], 0, 0, 0, 0)
 # Calls newer than the policy get ENOSYS, so that the C library falls
