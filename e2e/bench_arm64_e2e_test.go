@@ -28,6 +28,7 @@ func benchArm64(b *testing.B, r *benchReport, k benchKnobs) {
 		envs[a] = newArchEnv(b, a)
 		linkImages(b, envs[a], "stdlib")
 	}
+	var accel string // the host's guest's
 	boot := map[string][]float64{}
 	call := map[string][]float64{}
 	for i := range max(1, k.Boots) {
@@ -36,7 +37,11 @@ func benchArm64(b *testing.B, r *benchReport, k benchKnobs) {
 			if out, errOut, code := e.pybox("vm", "start", "--images", "stdlib"); code != 0 {
 				b.Fatalf("vm start (%s guest): %s%s", a, out, errOut)
 			}
-			boot[a] = append(boot[a], float64(e.state().BootMS))
+			st := e.state()
+			boot[a] = append(boot[a], float64(st.BootMS))
+			if a == archs.Host() {
+				accel = st.Accel
+			}
 			// The first call waits for the warm box the boot started.
 			if _, errOut, code := e.pybox("run", script); code != 0 {
 				b.Fatalf("pybox run (%s guest): %s", a, errOut)
@@ -50,7 +55,6 @@ func benchArm64(b *testing.B, r *benchReport, k benchKnobs) {
 			b.Logf("%s guest, boot %d: boot_ms %.0f, print(1) %v ms", a, i, boot[a][i], ms)
 		}
 	}
-	accel := envs[archs.Host()].state().Accel
 	for _, a := range guests {
 		what := a + " guest (this host's, the other parts' VM)"
 		if a == archs.Arm64 {
