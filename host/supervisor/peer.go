@@ -45,13 +45,16 @@ func (c *peer) write() {
 
 // send queues m for the client. It never blocks: a client whose queue is
 // full is dropped.
-func (c *peer) send(m *wire.Message) {
+func (c *peer) send(m *wire.Message) { c.sendWithin(m, 0) }
+
+// sendWithin is send waiting up to wait for room in the queue.
+func (c *peer) sendWithin(m *wire.Message, wait time.Duration) {
 	p, err := wire.Encode(m)
 	if err != nil {
 		c.logf("client: encoding %s: %v", m.Type, err)
 		return
 	}
-	c.queue(p, 0)
+	c.queue(p, wait)
 }
 
 // pass queues a frame's payload as it came (from the guest, its ID

@@ -235,13 +235,15 @@ func (r *Relay) answer(p *pending, typ string, payload []byte) {
 		}
 		p.reply <- m
 	case p.c != nil:
+		// An answer waits for room as a run's output does: a receipt
+		// comes right after the output the client may still be taking.
 		if typ == wire.TypeReceipt && len(p.data) > 0 {
 			// The host's own record of the run's data folders goes just
 			// before the receipt; the client puts it into the receipt.
-			p.c.send(&wire.Message{Type: wire.TypeFacts, ID: p.id, Facts: &wire.HostFacts{Data: p.data}})
+			p.c.sendWithin(&wire.Message{Type: wire.TypeFacts, ID: p.id, Facts: &wire.HostFacts{Data: p.data}}, clientWriteLimit)
 		}
 		wire.SetID(payload, p.id)
-		p.c.pass(payload, 0)
+		p.c.pass(payload, clientWriteLimit)
 	}
 }
 

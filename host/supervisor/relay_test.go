@@ -618,3 +618,41 @@ func readMessage(r io.Reader) (*wire.Message, error) {
 	}
 	return wire.Decode(p)
 }
+
+// A receipt that comes while the client is still taking the run's output
+// waits for room, as the output does: a client busy writing files is not
+// a client that stopped reading.
+func TestReceiptWaitsBehindOutput(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	run := testRun("r8")
+	run.Deliver = &wire.Deliver{MaxBytes: 1 << 20}
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 3, Run: run})
+	g := recv(t, h.guest)
+	// As many parts as the client's queue and its writer hold, then the
+	// receipt, all while the client reads nothing.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range clientQueue + 1 {
+			send(t, h.guest, &wire.Message{Type: wire.TypeOutput, ID: g.ID, Output: &wire.OutputChunk{RunID: "r8", Name: "f", Offset: int64(i), Data: []byte("x")}})
+		}
+		rc := receipt("r8", wire.StatusOK)
+		rc.ID = g.ID
+		send(t, h.guest, rc)
+	}()
+	time.Sleep(300 * time.Millisecond) // the client is busy
+	for i := range clientQueue + 1 {
+		if m := recv(t, c); m.Type != wire.TypeOutput || m.Output.Offset != int64(i) {
+			t.Fatalf("part %d: got %+v", i, m)
+		}
+	}
+	if m := recv(t, c); m.Type != wire.TypeReceipt || m.ID != 3 {
+		t.Fatalf("got %+v, want the receipt", m)
+	}
+	<-sent
+	if h.logged("not reading") {
+		t.Error("the client was dropped")
+	}
+}
