@@ -252,7 +252,13 @@ func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*
 	defer deadline.Stop()
 	var d *delivery
 	if output != nil {
-		d = &delivery{runID: r.RunID, take: output}
+		limit := int64(wire.DefaultTmpBytes)
+		if r.Deliver != nil && r.Deliver.MaxBytes > 0 {
+			limit = r.Deliver.MaxBytes
+		}
+		d = &delivery{runID: r.RunID, spool: newSpool(output, limit)}
+		// Every part taken before this returns, whatever ends the run.
+		defer d.spool.drain()
 	}
 	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, d)
 	if err != nil {
@@ -363,7 +369,7 @@ func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
 // delivery is where a run's output parts go, and the run they must be of.
 type delivery struct {
 	runID string
-	take  func(*wire.OutputChunk)
+	spool *spool
 }
 
 // sendWith is send for a run whose output parts go to d.
@@ -451,7 +457,7 @@ func (c *Client) read() {
 			d, ok := c.outputs[m.ID]
 			c.mu.Unlock()
 			if ok && m.Output.RunID == d.runID {
-				d.take(m.Output)
+				d.spool.put(m.Output)
 			}
 			continue
 		case wire.TypeFacts:
