@@ -47,8 +47,21 @@ func TestMain(m *testing.M) {
 	for fd := 3; fd < 1024; fd++ {
 		syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETFD, syscall.FD_CLOEXEC)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	madeMu.Lock()
+	for _, d := range made {
+		os.RemoveAll(d)
+	}
+	madeMu.Unlock()
+	os.Exit(code)
 }
+
+// made are the directories compile made, removed when the tests end (the
+// compiled launcher outlives one test).
+var (
+	madeMu sync.Mutex
+	made   []string
+)
 
 // compiled returns the launcher built for this machine's python3.
 func compiled(t *testing.T) *hostPython {
@@ -81,6 +94,9 @@ func compile(preload string, place func(path string) error) (*hostPython, string
 	if err != nil {
 		return nil, err.Error()
 	}
+	madeMu.Lock()
+	made = append(made, dir)
+	madeMu.Unlock()
 	os.Chmod(dir, 0o755)
 	h := &hostPython{python: python, so: filepath.Join(dir, "pybox-launch.so"), preload: filepath.Join(dir, "preload")}
 	if place == nil {
