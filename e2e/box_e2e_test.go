@@ -87,7 +87,7 @@ func startBoxVM(t *testing.T) {
 		sharedVM.skip, sharedVM.err = missing, err
 		return
 	}
-	if _, sharedVM.digest, err = image.LookupArch(home, "stdlib", guestArch); err != nil {
+	if _, sharedVM.digest, err = image.Lookup(home, "stdlib", guestArch); err != nil {
 		sharedVM.err = err
 		return
 	}

@@ -1,11 +1,8 @@
 package agent
 
 import (
-	"bytes"
-	"pybox/shared/wire"
-	"sync"
-
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,8 +10,11 @@ import (
 	"path"
 	"runtime"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
+
+	"pybox/shared/wire"
 )
 
 const prompt = "pybox> "

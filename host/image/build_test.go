@@ -81,7 +81,7 @@ func TestBuildStoresAndCaches(t *testing.T) {
 	if res.CacheHit || ran != 1 {
 		t.Fatalf("first build: cache hit %v, ran %d", res.CacheHit, ran)
 	}
-	p, digest, err := Lookup(b.Home, "stdlib")
+	p, digest, err := Lookup(b.Home, "stdlib", archs.Host())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestBuildStoresAndCaches(t *testing.T) {
 	if res.CacheHit || ran != 2 || res.Meta.Digest == digest {
 		t.Errorf("changed recipe: cache hit %v, ran %d", res.CacheHit, ran)
 	}
-	if _, d2, _ := Lookup(b.Home, "stdlib"); d2 != res.Meta.Digest {
+	if _, d2, _ := Lookup(b.Home, "stdlib", archs.Host()); d2 != res.Meta.Digest {
 		t.Errorf("the store still has digest %s", d2)
 	}
 	// --no-cache builds even an unchanged recipe.
@@ -163,7 +163,7 @@ func TestFailedBuildLeavesNothing(t *testing.T) {
 	if _, err := b.Build(context.Background(), &r2); err == nil {
 		t.Fatal("a failing build succeeded")
 	}
-	if _, d, err := Lookup(b.Home, "stdlib"); err != nil || d != good.Meta.Digest {
+	if _, d, err := Lookup(b.Home, "stdlib", archs.Host()); err != nil || d != good.Meta.Digest {
 		t.Errorf("after a failed rebuild the store has %s (%v), want the old %s", d, err, good.Meta.Digest)
 	}
 	if names := storeNames(t, b.Home); len(names) != 1 {

@@ -53,7 +53,7 @@ func Resolve(home, arch string, names []string) ([]Attached, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, digest, err := LookupArch(home, name, arch)
+		p, digest, err := Lookup(home, name, arch)
 		if err != nil {
 			return nil, err
 		}

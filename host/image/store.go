@@ -106,15 +106,9 @@ func Inspect(home, name, arch string) (*Meta, error) {
 	return m, nil
 }
 
-// Lookup returns the path and digest of image name built for this
-// machine's architecture (LookupArch for another's).
-func Lookup(home, name string) (path, digest string, err error) {
-	return LookupArch(home, name, archs.Host())
-}
-
-// LookupArch returns the path and digest of image name built for arch,
-// for the VM start. It does not hash the file: VerifyFile does.
-func LookupArch(home, name, arch string) (path, digest string, err error) {
+// Lookup returns the path and digest of image name built for arch, for
+// the VM start. It does not hash the file: VerifyFile does.
+func Lookup(home, name, arch string) (path, digest string, err error) {
 	m, err := Inspect(home, name, arch)
 	if err != nil {
 		return "", "", err

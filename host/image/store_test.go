@@ -214,7 +214,7 @@ func TestStoreKeepsArchesApart(t *testing.T) {
 		if err != nil || got.Digest != m.Digest || got.Arch != m.Arch {
 			t.Errorf("%s: %+v, %v", m.Arch, got, err)
 		}
-		if p, d, err := LookupArch(home, "stdlib", m.Arch); err != nil || d != m.Digest || p != Path(home, "stdlib", m.Arch) {
+		if p, d, err := Lookup(home, "stdlib", m.Arch); err != nil || d != m.Digest || p != Path(home, "stdlib", m.Arch) {
 			t.Errorf("%s: lookup %s %s %v", m.Arch, p, d, err)
 		}
 	}

@@ -160,14 +160,10 @@ func (c *Config) Check() error {
 // an arm64 guest under QEMU always runs on -M virt, with its devices on
 // PCI as on a Mac.
 func (c *Config) checkMachine() error {
-	switch c.Arch {
-	case archs.X86_64:
-		return nil
-	case archs.Arm64:
-	default:
-		return fmt.Errorf("vm: arch %q: use %s or %s", c.Arch, archs.X86_64, archs.Arm64)
+	if err := archs.Check(c.Arch); err != nil {
+		return fmt.Errorf("vm: %w", err)
 	}
-	if runtime.GOOS != "linux" {
+	if c.Arch != archs.Arm64 || runtime.GOOS != "linux" {
 		return nil
 	}
 	switch c.Machine {
@@ -262,10 +258,11 @@ func KernelCmdline(cfg Config, accel string) string {
 	// with a triple fault (works on every machine type). An arm64 guest,
 	// under vz or QEMU's virt, has the virtio console, hvc0, and reboots
 	// with a PSCI call, which ends the VM as well.
-	args := []string{"console=ttyS0", "loglevel=4", "panic=-1", "reboot=t", "pybox.accel=" + accel}
-	if cfg.Arch == archs.Arm64 || accel == "vz" {
-		args = []string{"console=hvc0", "loglevel=4", "panic=-1", "pybox.accel=" + accel}
+	args := []string{"console=ttyS0", "loglevel=4", "panic=-1", "reboot=t"}
+	if cfg.Arch == archs.Arm64 {
+		args = []string{"console=hvc0", "loglevel=4", "panic=-1"}
 	}
+	args = append(args, "pybox.accel="+accel)
 	sorted := append([]Image(nil), cfg.Images...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, im := range sorted {

@@ -213,10 +213,10 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 		"-chardev", "stdio,id=con,signal=off",
 		"-device", "virtio-rng" + k.suffix,
 	}
-	serial := false // whether a virtio-serial device is there for ports
+	// A virtio console is a port of a virtio-serial device, which the
+	// agent's channel then shares.
 	if k.hvc {
 		args = append(args, "-device", "virtio-serial"+k.suffix, "-device", "virtconsole,chardev=con")
-		serial = true
 	} else {
 		args = append(args, "-serial", "chardev:con")
 	}
@@ -230,7 +230,7 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	if cfg.Channel == ChannelVsock {
 		args = append(args, "-device", fmt.Sprintf("vhost-vsock%s,guest-cid=%d", k.suffix, guestCID))
 	} else {
-		if !serial {
+		if !k.hvc {
 			args = append(args, "-device", "virtio-serial"+k.suffix)
 		}
 		args = append(args,

@@ -3,10 +3,11 @@ package vm
 import (
 	"os"
 	"path/filepath"
-	"pybox/shared/archs"
 	"slices"
 	"strings"
 	"testing"
+
+	"pybox/shared/archs"
 )
 
 func testConfig(t *testing.T, machine string) Config {
