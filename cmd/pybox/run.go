@@ -52,8 +52,9 @@ func runMain(args []string) int {
 	}
 	c, err := client.Dial(h)
 	if err != nil {
-		return runFailed(ra, &wire.Error{Code: wire.ErrNoVM, Message: err.Error(),
-			Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}})
+		we := &wire.Error{Code: wire.ErrNoVM, Message: err.Error(), Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}}
+		errors.As(err, &we) // the VM is not running, or it speaks another protocol
+		return runFailed(ra, we)
 	}
 	defer c.Close()
 	var unsealable *wire.Error

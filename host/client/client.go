@@ -16,8 +16,12 @@ import (
 	"pybox/shared/wire"
 )
 
-// ErrNoVM says that no supervisor answers: the VM is not running.
-var ErrNoVM = errors.New("the VM is not running: start it with `pybox vm start`")
+// ErrNoVM is what a dial that finds no supervisor returns: the VM is not
+// running. Like every error a call can end in, it is a *wire.Error, so
+// its code and cleanup are read the same way as a refused run's; it is
+// shared, not to be changed.
+var ErrNoVM = &wire.Error{Code: wire.ErrNoVM, Message: "the VM is not running: start it with `pybox vm start`",
+	Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}}
 
 // Timeouts of the client's own waits.
 const (
@@ -128,8 +132,8 @@ func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
 		case errors.As(err, &we) && we.Code == wire.ErrProtocol:
 			// A supervisor started by another version of pybox, which
 			// runs on after an upgrade until the VM is restarted.
-			return nil, fmt.Errorf("client: the running VM was started by a pybox that does not speak this one's protocol (%s): "+
-				"restart it with this pybox: `pybox vm stop`, then `pybox vm start`", we.Message)
+			return nil, runError(wire.ErrProtocol, fmt.Sprintf("the running VM was started by a pybox that does not speak this one's protocol (%s): "+
+				"restart it with this pybox: `pybox vm stop`, then `pybox vm start`", we.Message), wire.CleanupNotAttempted)
 		}
 		return nil, err
 	}

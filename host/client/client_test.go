@@ -154,7 +154,7 @@ func TestNoVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := client.Dial(home)
-	if !errors.Is(err, client.ErrNoVM) || err.Error() != "the VM is not running: start it with `pybox vm start`" {
+	if !errors.Is(err, client.ErrNoVM) || err.(*wire.Error).Message != "the VM is not running: start it with `pybox vm start`" {
 		t.Fatalf("Dial with no socket = %v", err)
 	}
 	// A stale socket nobody listens on is no VM either.

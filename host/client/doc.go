@@ -4,7 +4,9 @@
 // requests in flight.
 //
 // Errors are a *wire.Error when the supervisor or the guest answered with
-// one (its Code says what happened; for a run, its Cleanup says whether a
-// box was made and removed), ErrNoVM when no supervisor is running, or a
-// transport error.
+// one, and when the client itself knows the outcome: ErrNoVM when no
+// supervisor is running, a supervisor of another protocol, a run lost
+// with its connection. Its Code says what happened and, for a run, its
+// Cleanup whether a box was made and removed. Anything else is an error
+// of the connection itself.
 package client

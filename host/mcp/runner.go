@@ -14,8 +14,12 @@ type Runner interface {
 	// When ctx is cancelled, Run must cancel the run in the guest and still
 	// return the receipt (status cancelled) if it comes within a bounded
 	// wait: that receipt is how the server learns the box was removed.
-	// Errors are a *wire.Error when the guest or supervisor refused, or a
-	// transport error when contact was lost. A run that asks for delivery
+	// It returns this run's own result or an error, never both nor
+	// neither: host/client checks the guest's answer (a receipt of
+	// another run, or none, is an error with its cleanup status there).
+	// Errors are a *wire.Error when the guest, the supervisor or the
+	// client know what happened, or a transport error when contact was
+	// lost. A run that asks for delivery
 	// (r.Deliver) has its output files' parts passed to output, in order,
 	// before RunDeliver returns.
 	RunDeliver(ctx context.Context, r *client.Checked, output func(*wire.OutputChunk)) (*wire.Result, error)

@@ -219,8 +219,9 @@ func saveOutput(out *outdir.Dir, res *wire.Result) *savedOut {
 	return so
 }
 
-// judge turns what Run returned into an outcome, trusting the guest no
-// further than it must.
+// judge turns what Run returned into an outcome. The Runner has already
+// held the guest's answer to the run (see Runner): here an error is
+// only given its cleanup status.
 func (s *Server) judge(run *wire.Run, res *wire.Result, err error) outcome {
 	o := outcome{RunID: run.RunID, ReturnFiles: run.ReturnFiles}
 	var we *wire.Error
@@ -236,12 +237,6 @@ func (s *Server) judge(run *wire.Run, res *wire.Result, err error) outcome {
 	case err != nil:
 		o.Err = &callError{Code: codeVMLost, Message: "lost contact with the VM during the run (" + err.Error() + "): the box's cleanup is unknown; check `pybox vm status`"}
 		o.Cleanup = wire.Cleanup{Status: wire.CleanupUnknown, Detail: "no receipt came back"}
-	case res == nil:
-		o.Err = &callError{Code: codeVMLost, Message: "the VM answered with no receipt"}
-		o.Cleanup = wire.Cleanup{Status: wire.CleanupUnknown}
-	case res.Receipt.RunID != run.RunID:
-		o.Err = &callError{Code: codeVMLost, Message: "the VM answered with a receipt for another run; this run's cleanup is unknown"}
-		o.Cleanup = wire.Cleanup{Status: wire.CleanupUnknown}
 	default:
 		o.Result = res
 	}

@@ -315,15 +315,22 @@ func reapDead(d paths.VM, st *State) *Status {
 func ping(home string) (string, float64, *wire.AgentStatus) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	notAnswering := func(err error) (string, float64, *wire.AgentStatus) {
+		msg := err.Error()
+		if we := (*wire.Error)(nil); errors.As(err, &we) {
+			msg = we.Message // the client's errors, and the supervisor's refusals
+		}
+		return "not answering: " + msg, 0, nil
+	}
 	c, err := client.DialContext(ctx, home)
 	if err != nil {
-		return "not answering: " + err.Error(), 0, nil
+		return notAnswering(err)
 	}
 	defer c.Close()
 	t0 := time.Now()
 	st, err := c.Status(ctx)
 	if err != nil {
-		return "not answering: " + err.Error(), 0, nil
+		return notAnswering(err)
 	}
 	return "answering", float64(time.Since(t0).Microseconds()) / 1000, st
 }
