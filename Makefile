@@ -130,7 +130,7 @@ sign: bin/pybox ## macOS: sign bin/pybox ad hoc with the virtualization entitlem
 fuzz: ## Run every fuzz target for a while (FUZZTIME=60s each)
 	scripts/fuzz.sh $(or $(FUZZTIME),60s)
 
-bench: all images bench-guest ## Benchmarks: medians and ratios, written to build/bench/ (also boots the arm64 guest: make ARCH=arm64 and its stdlib image, ~20 min the first time)
+bench: all images bench-guest ## Benchmarks: medians and ratios, written to build/bench/ (also boots the arm64 guest: make ARCH=arm64 and its stdlib image, ~20 min the first time; and the relay's baseline, built once by scripts/bench-before.sh)
 	$(if $(filter arm64,$(ARCH)),,$(MAKE) ARCH=arm64 all && bin/pybox image build stdlib --arch arm64)
 	BENCH_INITRAMFS=$(abspath $(BUILD)/bench/initramfs.cpio) scripts/bench.sh
 

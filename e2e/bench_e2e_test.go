@@ -46,12 +46,13 @@ type benchKnobs struct {
 	PandasAlt int `json:"pandas_alt"` // BENCH_PANDAS_RUNS: pandas samples per alternative
 	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program in each series, warm and cold
 	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
-	// boots, vm, warm, data, memory, hardening, arm64); empty runs them all.
+	// boots, vm, warm, data, memory, hardening, arm64, relay); empty runs
+	// them all.
 	Only string `json:"only,omitempty"`
 }
 
 // benchParts are the bench's parts, in the order they run.
-var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening", "arm64"}
+var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening", "arm64", "relay"}
 
 // runs says whether the part is in this run.
 func (k benchKnobs) runs(part string) bool {
@@ -199,7 +200,7 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 	parts := map[string]func(*testing.B, *benchReport, benchKnobs){
-		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64,
+		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay,
 	}
 	for _, p := range benchParts {
 		if k.runs(p) {
@@ -451,6 +452,7 @@ type mcpSession struct {
 	b        *testing.B
 	e        *vmEnv
 	args     []string // pybox mcp's options beyond images and the timeout
+	images   string   // --images; stdlib,data when empty
 	cs       *sdk.ClientSession
 	calls    int
 	failed   []string // calls that did not end ok
@@ -461,7 +463,7 @@ func (m *mcpSession) connect() {
 	if m.cs != nil {
 		m.cs.Close()
 	}
-	cmd := exec.Command(m.e.bin, append([]string{"mcp", "--images", "stdlib,data", "--max-timeout", "30"}, m.args...)...)
+	cmd := exec.Command(m.e.bin, append([]string{"mcp", "--images", cmp.Or(m.images, "stdlib,data"), "--max-timeout", "30"}, m.args...)...)
 	cmd.Env = m.e.env
 	c := sdk.NewClient(&sdk.Implementation{Name: "pybox-bench", Version: "0"}, nil)
 	cs, err := c.Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, nil)
@@ -474,6 +476,7 @@ func (m *mcpSession) connect() {
 // benchReceipt is what the bench reads of a tools/call result.
 type benchReceipt struct {
 	Execution struct {
+		RunID  string `json:"run_id"`
 		Status string `json:"status"`
 		WallMS int64  `json:"wall_ms"`
 		Memory struct {
@@ -903,6 +906,7 @@ func markdown(r *benchReport) string {
 		{"hardening", "What the posture check and the seccomp filter cost (benchmark build of the agent, same VM)"},
 		{"memory", "Memory: the VM on the host, and what giving freed memory back costs"},
 		{"arm64", "The arm64 guest (the Mac's) under QEMU's emulation, beside this host's guest, taking turns (for the record)"},
+		{"relay", "The host's round trip beside the code before the relay became a router of framed bytes (two VMs, turns taken)"},
 	}
 	for _, t := range titles {
 		if !slices.ContainsFunc(r.Figures, func(f *figure) bool { return f.Section == t.sec }) {

@@ -12,7 +12,9 @@
 # BENCH_ONLY (a comma-separated subset of alternatives, boots, vm, warm,
 # data, memory, hardening, arm64: the arm64 guest emulated by QEMU beside
 # this host's, which needs `make ARCH=arm64` and its stdlib image, as
-# `make bench` builds them), BENCH_DROP_CACHES=0 (keep the host page cache before the
+# `make bench` builds them; relay: the host's round trip beside the code
+# before the relay became a router of framed bytes, BENCH_BEFORE, built
+# once by scripts/bench-before.sh), BENCH_DROP_CACHES=0 (keep the host page cache before the
 # cold boots; by default they drop it, which needs root).
 # BENCH_INITRAMFS is the benchmark build of the agent (make bench-guest),
 # whose console can switch off the posture check and the seccomp filter;
@@ -31,6 +33,17 @@ export BENCH_OUT=$out
 for tool in bwrap runsc node; do
   command -v "$tool" >/dev/null || echo "bench: no $tool: its row will say skipped (run \`make deps\`)" >&2
 done
+
+# The relay part's baseline: the last commit before a run was checked once
+# a side and the supervisor stopped decoding what it relays. Its build is
+# cached; a clone without that history skips the part, saying why.
+if [ -z "${BENCH_BEFORE_DIR:-}" ] && { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *,relay,* ]]; }; then
+  if BENCH_BEFORE_DIR=$(scripts/bench-before.sh "${BENCH_BEFORE:-e34b9cc}"); then
+    export BENCH_BEFORE_DIR
+  else
+    echo "bench: could not build the code before the relay change: the relay part will say skipped" >&2
+  fi
+fi
 
 set +e
 go test -count=1 -run '^$' -bench '^BenchmarkReport$' -benchtime=1x -timeout 60m -v ./e2e 2>&1 |
