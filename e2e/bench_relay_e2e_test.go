@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"pybox/host/guestfiles"
 	"pybox/host/paths"
 )
 
@@ -150,7 +151,7 @@ func benchRelay(b *testing.B, r *benchReport, k benchKnobs) {
 func beforeEnv(b *testing.B, dir string) *vmEnv {
 	src := filepath.Join(dir, "src")
 	build := filepath.Join(src, "build", guestArch)
-	k, i := filepath.Join(build, "bzImage"), filepath.Join(build, "initramfs.cpio")
+	k, i := filepath.Join(build, guestfiles.KernelName(guestArch)), filepath.Join(build, guestfiles.InitramfsName)
 	bin := filepath.Join(src, "bin", "pybox")
 	for _, p := range []string{bin, k, i} {
 		if _, err := os.Stat(p); err != nil {

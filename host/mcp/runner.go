@@ -19,9 +19,8 @@ type Runner interface {
 	// another run, or none, is an error with its cleanup status there).
 	// Errors are a *wire.Error when the guest, the supervisor or the
 	// client know what happened, or a transport error when contact was
-	// lost. A run that asks for delivery
-	// (r.Deliver) has its output files' parts passed to output, in order,
-	// before RunDeliver returns.
+	// lost. A run that asks for delivery (r.Deliver) has its output
+	// files' parts passed to output, in order, before RunDeliver returns.
 	RunDeliver(ctx context.Context, r *client.Checked, output func(*wire.OutputChunk)) (*wire.Result, error)
 	Close() error
 }
