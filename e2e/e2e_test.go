@@ -221,8 +221,10 @@ func (e *vmEnv) mustStart(args ...string) string {
 	return errOut + out
 }
 
-// processes returns the pids whose command line mentions this home.
+// processes returns the pids whose command line mentions this home, or
+// the name of its VM (QEMU, jailed, names no path of the home).
 func (e *vmEnv) processes() []int {
+	marker := []byte(vm.Marker(paths.ForVM(e.home).Dir))
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, ent := range ents {
@@ -231,7 +233,7 @@ func (e *vmEnv) processes() []int {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(e.home)) {
+		if err == nil && (bytes.Contains(b, []byte(e.home)) || bytes.Contains(b, marker)) {
 			pids = append(pids, pid)
 		}
 	}

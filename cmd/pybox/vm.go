@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"pybox/host/guestfiles"
+	"pybox/host/jail"
 	"pybox/host/paths"
 	"pybox/host/service"
 	"pybox/host/supervisor"
@@ -36,6 +37,9 @@ var vmCommands = map[string]*command{
 	"logs":    {name: "logs", summary: "print the VM's console log", run: vmLogs},
 	// The detached supervisor: `pybox vm start` runs it, people do not.
 	supervisorCommand: {name: supervisorCommand, hidden: true, run: vmSupervise},
+	// The jail's helper: the supervisor starts it in QEMU's namespaces,
+	// and it execs QEMU once the jail is built.
+	jail.HelperCommand: {name: jail.HelperCommand, hidden: true, run: func([]string) int { return jail.Main() }},
 }
 
 const supervisorCommand = "_supervise"
@@ -100,9 +104,19 @@ With --accel auto, KVM is tried first where /dev/kvm opens; a KVM that does
 not boot within 6 s is stopped, remembered for this host boot, and TCG is
 used instead. If the VM runs already, this says so and changes nothing.
 With --data NAME=DIR, the VM shares the host folder DIR itself, read-only,
-as data folder NAME (nothing is copied; before each run that names it the
-folder is walked, to count it and check it); a box sees it at /data/NAME,
-and only when its call asks for it.
+as data folder NAME (nothing is copied; the folder is walked now and
+before each run that names it, to count it and check it: a folder holding
+a hard link, a device, a FIFO or a socket is refused); a box sees it at
+/data/NAME, and only when its call asks for it.
+
+QEMU runs jailed (--qemu-jail auto): in user, mount, pid and network
+namespaces of its own, seeing only /usr, a few devices, the guest files
+and the data folders, bound read-only by the kernel; where this system
+lets no user namespace mount (Ubuntu 24.04 and later), under Landlock
+(Linux 6.2 or later), reading only those and writing none. Where neither
+can be built, the VM starts without a jail only when no --data is given;
+--qemu-jail none runs QEMU with all of your authority anyway. pybox vm
+status says which jail holds it.
 
 The VM gives memory back to the host once it has run nothing for 15 s:
 what runs allocated, and its page cache (--keep-memory turns this off).
@@ -130,6 +144,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (`NAME=DIR`, repeatable); pybox mcp --data says which an agent may use")
 	keepMemory := fs.Bool("keep-memory", false, "do not give freed guest memory back to the host (the VM then holds all it ever touched until it stops)")
 	noSandbox := fs.Bool("no-qemu-sandbox", false, "start even when QEMU was built without its seccomp sandbox (-sandbox); without this flag such a QEMU is refused")
+	qemuJail := fs.String("qemu-jail", jail.Auto, "how QEMU is confined on this machine (see above): auto, namespaces, landlock, or none (QEMU with all of your authority; say it only where no jail can be built)")
 	foreground := fs.Bool("foreground", false, "stay until the VM is gone, for a service manager (see above)")
 	if pos, code, err := parse(fs, args); err != nil {
 		return code
@@ -143,7 +158,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	if *warm != 0 && *warm != 1 {
 		return usageError(fs, "--warm %d: give 1 (warm boxes) or 0 (every run cold)", *warm)
 	}
-	cfg := vm.Config{Arch: *arch, MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, NoWarm: *warm == 0, KeepMemory: *keepMemory}
+	cfg := vm.Config{Arch: *arch, MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, Jail: *qemuJail, NoWarm: *warm == 0, KeepMemory: *keepMemory}
 	if err := archs.Check(*arch); err != nil {
 		return usageError(fs, "--arch: %v", err)
 	}
@@ -202,6 +217,9 @@ func announce(st *supervisor.State, gf *guestfiles.Files) {
 	warnUnsealable(st)
 	if st.Sandbox != vm.SandboxQEMU && st.Accel != "vz" {
 		showf(os.Stderr, "pybox: warning: the VM process is not confined: %s\n", st.Sandbox)
+	}
+	if strings.HasPrefix(st.Jail, jail.None) {
+		showf(os.Stderr, "pybox: warning: QEMU is not jailed (%s). A guest taken over would reach whatever you can.\n", strings.TrimPrefix(st.Jail, jail.None+": "))
 	}
 	warnAgentVersion(st, gf)
 }
@@ -398,6 +416,9 @@ func printStatus(w io.Writer, s *supervisor.Status) {
 	if st.Accel != "" {
 		row("accel", fmt.Sprintf("%s (%s, %s channel)", st.Accel, st.Machine, st.Channel))
 		row("vm sandbox", st.Sandbox)
+		if st.Jail != "" {
+			row("qemu jail", st.Jail)
+		}
 		row("boot", fmt.Sprintf("%.1f s", float64(st.BootMS)/1000))
 	}
 	row("uptime", (time.Duration(s.UptimeS) * time.Second).String())

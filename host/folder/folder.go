@@ -1,22 +1,27 @@
 // Package folder reads a data folder the user named (`pybox vm start
-// --data NAME=DIR`) before each run that asks for it: what it holds, for
-// the run's receipt, and whether the VM may be given it.
+// --data NAME=DIR`): when the VM is given it, and before each run that
+// asks for it: what it holds, for the run's receipt, and whether the VM
+// may be given it.
 //
-// The VM is given the folder itself, read-only (QEMU's 9p "local" driver,
-// which opens every path component without following links on the host;
-// virtio-fs on a Mac): nothing is copied, so a folder of many gigabytes is
-// ready for its first call at once, and a run reads the folder as it is
-// when it reads it. What the box sees that is not a plain file or
-// directory: a symbolic link is shown as a link and resolved inside the
-// box, never on the host; a device cannot be opened (the guest mounts the
-// share nodev), and a FIFO or socket there is the box's own, with nothing
-// on the host behind it. A file with more than one name (a hard link) is
-// the one thing a share would give away: its other names may be outside
-// the folder, and the box would read it like any file. The walk refuses a
-// folder that holds one, so that nothing outside the folder is reachable.
-// The box reads the folder as a user of this machine other than its owner
-// would: a file only its owner may read stays unread, and the receipt
-// counts such files.
+// The VM is given the folder itself, read-only (QEMU's 9p "local" driver
+// in a jail that binds the folder read-only, so the host kernel refuses
+// every write; virtio-fs on a Mac): nothing is copied, so a folder of
+// many gigabytes is ready for its first call at once, and a run reads
+// the folder as it is when it reads it. The supervisor opens the folder
+// once, walks it, and keeps it open: the jail binds that very directory
+// (checked by device and inode), and every later walk starts from the
+// open directory, never from the path resolved again, so a path swapped
+// after the start cannot make a receipt describe another folder.
+//
+// What the folder may hold: plain files, directories and symbolic links
+// (a link is shown to the box as a link and resolved inside the box,
+// never on the host). A file with more than one name (a hard link) would
+// give away what its other names hold, outside the folder; a device,
+// FIFO or socket is something a guest that speaks 9p itself could ask
+// QEMU to open on the host. A folder holding either is refused. The box
+// reads the folder as a user of this machine other than its owner would:
+// a file only its owner (or its group) may read stays unread, and the
+// receipt counts such files.
 //
 // The walk opens every name relative to its directory without following
 // links, so a folder changed during the walk cannot make it step outside.
@@ -78,7 +83,6 @@ func (r *Report) LeftOutLines() []string {
 // Kinds of what the box does not get as a plain file or directory.
 const (
 	leftSymlink = "symbolic links: shown to the box as links, resolved inside it, never on the host"
-	leftSpecial = "devices, FIFOs and sockets: none opens anything on the host"
 	leftUnread  = "entries that could not be read"
 	// The box reads the share as a user of this machine other than its
 	// owner would: only what others may read.
@@ -90,7 +94,9 @@ const (
 var (
 	ErrTooLarge  = errors.New("folder: the folder is larger than allowed")
 	ErrHardLinks = errors.New("folder: the folder holds files with more than one name")
+	ErrSpecial   = errors.New("folder: the folder holds devices, FIFOs or sockets")
 	ErrClosed    = errors.New("folder: others may not enter the folder")
+	ErrMoved     = errors.New("folder: the path no longer leads to the folder the VM was given")
 )
 
 // CheckOpen says whether the box can enter the folder at dir: it reads
@@ -100,6 +106,10 @@ func CheckOpen(dir string) error {
 	if err := unix.Stat(dir, &st); err != nil {
 		return fmt.Errorf("folder: %s: %w", dir, err)
 	}
+	return checkMode(dir, &st)
+}
+
+func checkMode(dir string, st *unix.Stat_t) error {
 	if st.Mode&0o005 != 0o005 {
 		return fmt.Errorf("%w %s (mode %04o): the box reads a data folder as another user of this machine would; chmod o+rx %s (and o+r its files), or name another folder",
 			ErrClosed, dir, st.Mode&0o7777, dir)
@@ -107,27 +117,79 @@ func CheckOpen(dir string) error {
 	return nil
 }
 
-// List walks dir and reports what it holds. It refuses (ErrHardLinks) a
-// folder holding a regular file with more than one name, and (ErrTooLarge)
-// one past lim.
-func List(dir string, lim Limits) (*Report, error) {
-	t0 := time.Now()
-	if err := CheckOpen(dir); err != nil {
-		return nil, err
-	}
+// Open opens the folder at dir (following links, as the user named it),
+// once others may enter it. The caller keeps it: the VM is given this
+// directory, and ListDir walks it.
+func Open(dir string) (*os.File, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("folder: the data folder %s: %w", dir, err)
 	}
-	defer unix.Close(fd)
-	sum := sha256.New()
-	w := &walker{lim: lim, rep: &Report{LeftOut: map[string]int{}}, sum: sum}
-	if err := w.dir(fd, "", 0); err != nil {
+	f := os.NewFile(uintptr(fd), dir)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("folder: the data folder %s: %w", dir, err)
+	}
+	if err := checkMode(dir, &st); err != nil {
+		f.Close()
 		return nil, err
 	}
-	if w.linked > 0 {
-		return nil, fmt.Errorf("%w (hard links): %d, such as %s. Their other names may be outside the folder, and the box would read them: "+
-			"give each its own copy (cp without --link or --preserve=links), or take them out of the folder", ErrHardLinks, w.linked, show(w.firstLinked))
+	return f, nil
+}
+
+// Same checks that the path dir still leads to the directory open as d:
+// a folder moved away, or replaced by another (a link put in its place),
+// is ErrMoved, since a receipt naming dir would then describe a folder
+// the VM was not given.
+func Same(d *os.File, dir string) error {
+	var held, now unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &held); err != nil {
+		return fmt.Errorf("folder: the data folder %s: %w", dir, err)
+	}
+	if err := unix.Stat(dir, &now); err != nil || now.Dev != held.Dev || now.Ino != held.Ino {
+		return fmt.Errorf("%w: %s was moved or replaced since the VM started, and the VM still has the folder it was given then; "+
+			"restart the VM (pybox vm stop, then pybox vm start) to give it what %s holds now", ErrMoved, dir, dir)
+	}
+	return nil
+}
+
+// List walks the folder at dir and reports what it holds (see ListDir).
+func List(dir string, lim Limits) (*Report, error) {
+	d, err := Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return ListDir(d, lim)
+}
+
+// ListDir walks the folder open as d and reports what it holds. It
+// refuses (ErrHardLinks) a folder holding a regular file with more than
+// one name, (ErrSpecial) one holding a device, FIFO or socket, and
+// (ErrTooLarge) one past lim.
+func ListDir(d *os.File, lim Limits) (*Report, error) {
+	t0 := time.Now()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("folder: the data folder %s: %w", d.Name(), err)
+	}
+	if err := checkMode(d.Name(), &st); err != nil {
+		return nil, err
+	}
+	// A description of its own: d's offset is shared by every walk.
+	root, err := unix.Openat(int(d.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("folder: the data folder %s: %w", d.Name(), err)
+	}
+	defer unix.Close(root)
+	sum := sha256.New()
+	w := &walker{lim: lim, rep: &Report{LeftOut: map[string]int{}}, sum: sum}
+	if err := w.dir(root, "", 0); err != nil {
+		return nil, err
+	}
+	if err := w.refusal(); err != nil {
+		return nil, err
 	}
 	w.rep.Digest = hex.EncodeToString(sum.Sum(nil))
 	w.rep.Took = time.Since(t0)
@@ -135,11 +197,26 @@ func List(dir string, lim Limits) (*Report, error) {
 }
 
 type walker struct {
-	lim         Limits
-	rep         *Report
-	sum         io.Writer
-	linked      int
-	firstLinked string
+	lim Limits
+	rep *Report
+	sum io.Writer
+	// linked and special count what refuses the folder, with the
+	// first of each, to name.
+	linked, special           int
+	firstLinked, firstSpecial string
+}
+
+// refusal is why the folder may not be given to the VM, if it may not.
+func (w *walker) refusal() error {
+	switch {
+	case w.linked > 0:
+		return fmt.Errorf("%w (hard links): %d, such as %s. Their other names may be outside the folder, and the box would read them: "+
+			"give each its own copy (cp without --link or --preserve=links), or take them out of the folder", ErrHardLinks, w.linked, show(w.firstLinked))
+	case w.special > 0:
+		return fmt.Errorf("%w: %d, such as %s. A guest taken over could ask the VM to open them on this machine: "+
+			"take them out of the folder, or name a folder without them", ErrSpecial, w.special, show(w.firstSpecial))
+	}
+	return nil
 }
 
 // dir walks the directory open as fd; rel is its path inside the folder.
@@ -204,7 +281,10 @@ func (w *walker) entry(fd int, name, rel string, depth int) error {
 	case unix.S_IFLNK:
 		w.rep.LeftOut[leftSymlink]++
 	default:
-		w.rep.LeftOut[leftSpecial]++
+		if w.special == 0 {
+			w.firstSpecial = rel
+		}
+		w.special++
 	}
 	return nil
 }

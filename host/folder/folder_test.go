@@ -27,35 +27,17 @@ func write(t *testing.T, p, s string) {
 	}
 }
 
-// A folder holding links, a FIFO and a socket: they are counted with
-// what the box gets instead, the files and directories are listed, and
-// nothing blocks on the FIFO.
+// A folder holding symbolic links: they are counted with what the box
+// gets instead, and the files and directories are listed.
 func TestListCountsWhatIsNotAFile(t *testing.T) {
 	dir := openDir(t)
 	write(t, filepath.Join(dir, "data.csv"), "a,b\n1,2\n")
 	write(t, filepath.Join(dir, "sub", "deep", "x.txt"), "x")
 	os.Symlink("/etc/passwd", filepath.Join(dir, "passwd-link"))
 	os.Symlink("..", filepath.Join(dir, "up"))
-	unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644)
-	l, err := net.Listen("unix", filepath.Join(dir, "sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	done := make(chan struct{})
-	var rep *Report
-	go func() { rep, err = List(dir, DefaultLimits); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the walk blocked")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	write(t, filepath.Join(dir, "private.txt"), "mine")
 	os.Chmod(filepath.Join(dir, "private.txt"), 0o600)
-	rep, err = List(dir, DefaultLimits)
+	rep, err := List(dir, DefaultLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +45,73 @@ func TestListCountsWhatIsNotAFile(t *testing.T) {
 		t.Errorf("report %+v", rep)
 	}
 	got := strings.Join(rep.LeftOutLines(), "; ")
-	for _, want := range []string{"2 symbolic links: shown to the box as links", "2 devices, FIFOs and sockets: none opens anything on the host",
-		"1 files others may not read: the box cannot read them either"} {
+	for _, want := range []string{"2 symbolic links: shown to the box as links", "1 files others may not read: the box cannot read them either"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("left out %q lacks %q", got, want)
 		}
+	}
+}
+
+// A FIFO or a socket in the folder is something a guest that speaks 9p
+// itself could ask QEMU to open on the host: the folder is refused,
+// naming one, and nothing blocks on the FIFO.
+func TestListRefusesSpecialFiles(t *testing.T) {
+	for _, kind := range []string{"fifo", "sock"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := openDir(t)
+			write(t, filepath.Join(dir, "data.csv"), "a,b\n")
+			if kind == "fifo" {
+				unix.Mkfifo(filepath.Join(dir, "sub-fifo"), 0o644)
+			} else {
+				l, err := net.Listen("unix", filepath.Join(dir, "sub-sock"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+			}
+			done := make(chan error, 1)
+			go func() { _, err := List(dir, DefaultLimits); done <- err }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrSpecial) || !strings.Contains(err.Error(), `such as "sub-`+kind+`"`) || !strings.Contains(err.Error(), "take them out") {
+					t.Errorf("err %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the walk blocked")
+			}
+		})
+	}
+}
+
+// The walk starts from the directory the VM was given, open: a path
+// swapped for another folder changes neither what is listed nor the
+// digest, and Same says the path leads elsewhere now.
+func TestListDirKeepsTheFolderItWasGiven(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "folder")
+	os.Mkdir(dir, 0o755)
+	write(t, filepath.Join(dir, "a.txt"), "a")
+	d, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	before, err := ListDir(d, DefaultLimits)
+	if err != nil || Same(d, dir) != nil {
+		t.Fatalf("%v %v", err, Same(d, dir))
+	}
+	other := filepath.Join(base, "other")
+	os.Mkdir(other, 0o755)
+	write(t, filepath.Join(other, "b.txt"), "b")
+	write(t, filepath.Join(other, "c.txt"), "c")
+	os.Rename(dir, dir+".orig")
+	os.Symlink(other, dir)
+	after, err := ListDir(d, DefaultLimits)
+	if err != nil || after.Files != 1 || after.Digest != before.Digest {
+		t.Errorf("the walk after the swap: %+v %v (want the folder given, 1 file)", after, err)
+	}
+	if err := Same(d, dir); !errors.Is(err, ErrMoved) || !strings.Contains(err.Error(), "restart the VM") {
+		t.Errorf("Same after the swap: %v", err)
 	}
 }
 

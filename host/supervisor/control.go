@@ -205,7 +205,7 @@ func waitUnlocked(d paths.VM, limit time.Duration) bool {
 // what it found.
 func cleanup(d paths.VM, say func(string)) []string {
 	var found []string
-	if st, _ := ReadState(d); st != nil && vm.Alive(st.QEMUPid, vm.PidFile(d.Dir)) {
+	if st, _ := ReadState(d); st != nil && vm.Ours(st.QEMUPid, d.Dir) {
 		syscall.Kill(st.QEMUPid, syscall.SIGKILL)
 		found = append(found, fmt.Sprintf("QEMU process %d", st.QEMUPid))
 	}
@@ -277,13 +277,13 @@ func GetStatus(home string) (*Status, error) {
 	}
 	// QEMUPid is 0 where the VM runs inside the supervisor (vz): then the
 	// held lock says enough.
-	if st.QEMUPid != 0 && !vm.Alive(st.QEMUPid, vm.PidFile(d.Dir)) {
+	if st.QEMUPid != 0 && !vm.Ours(st.QEMUPid, d.Dir) {
 		return reapDead(d, st), nil
 	}
 	s.Agent, s.PingMS, s.Guest = ping(home)
 	// QEMU killed a moment ago still has its cmdline while the kernel
 	// tears it down; the supervisor, asked, already knows it is gone.
-	if s.Guest == nil && st.QEMUPid != 0 && !vm.Alive(st.QEMUPid, vm.PidFile(d.Dir)) {
+	if s.Guest == nil && st.QEMUPid != 0 && !vm.Ours(st.QEMUPid, d.Dir) {
 		return reapDead(d, st), nil
 	}
 	if st.QEMUPid != 0 {
@@ -365,7 +365,7 @@ func Stop(home string, limit time.Duration, say func(string)) (bool, error) {
 		cleanup(d, say)
 		return true, nil
 	}
-	if st != nil && st.QEMUPid != 0 && vm.Alive(st.QEMUPid, vm.PidFile(d.Dir)) {
+	if st != nil && st.QEMUPid != 0 && vm.Ours(st.QEMUPid, d.Dir) {
 		say(fmt.Sprintf("the VM did not power off within %s: killing QEMU (pid %d)", limit, st.QEMUPid))
 		syscall.Kill(st.QEMUPid, syscall.SIGKILL)
 	}

@@ -10,6 +10,45 @@ import (
 	"pybox/shared/wire"
 )
 
+// openFolders opens each data folder once, for the supervisor's life:
+// the VM is given these directories (the jail checks it binds the same
+// ones), and every walk starts from them.
+func (s *supervisor) openFolders() error {
+	for i := range s.cfg.VM.Data {
+		d := &s.cfg.VM.Data[i]
+		f, err := folder.Open(d.Folder)
+		if err != nil {
+			s.closeFolders()
+			return fmt.Errorf("data folder %s: %w", d.Name, err)
+		}
+		d.Dir = f
+	}
+	return nil
+}
+
+func (s *supervisor) closeFolders() {
+	for i := range s.cfg.VM.Data {
+		if d := &s.cfg.VM.Data[i]; d.Dir != nil {
+			d.Dir.Close()
+			d.Dir = nil
+		}
+	}
+}
+
+// checkFolders walks each data folder as the VM is about to be given it:
+// a folder holding a hard link or a device, FIFO or socket is refused
+// here, before the VM can reach it, not only when a call names it.
+func (s *supervisor) checkFolders() error {
+	for _, d := range s.cfg.VM.Data {
+		rep, err := folder.ListDir(d.Dir, folder.DefaultLimits)
+		if err != nil {
+			return fmt.Errorf("data folder %s (%s): %w", d.Name, d.Folder, err)
+		}
+		s.logf("data folder %s: %d files, %d bytes, checked in %v", d.Name, rep.Files, rep.Bytes, rep.Took)
+	}
+	return nil
+}
+
 // prepareRun walks each data folder a run names (host/folder): it
 // refuses a folder the VM may not be given, and returns the host's record
 // of each, in the run's order, for its receipt: the host folder as the
@@ -39,7 +78,10 @@ func (s *supervisor) prepareRun(run *wire.Run) ([]wire.DataFolder, *wire.Error) 
 		if run.MaxDataBytes > 0 {
 			lim.MaxBytes = run.MaxDataBytes - total
 		}
-		rep, err := folder.List(d.Folder, lim)
+		if err := folder.Same(d.Dir, d.Folder); err != nil {
+			return nil, &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf("data folder %s: %v", d.Name, err)}
+		}
+		rep, err := folder.ListDir(d.Dir, lim)
 		if errors.Is(err, folder.ErrTooLarge) && run.MaxDataBytes > 0 {
 			return nil, &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf(
 				"data folder %s is too large for one call (%v); this server allows %d bytes of data folders per call (its --max-data-bytes)",

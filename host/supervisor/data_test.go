@@ -86,8 +86,16 @@ func TestPrepareRunRecord(t *testing.T) {
 	os.WriteFile(filepath.Join(folder, "a.csv"), []byte("1,2\n"), 0o644)
 	os.WriteFile(filepath.Join(folder, "b.csv"), []byte("3,4,5\n"), 0o644)
 	os.Symlink("/etc/passwd", filepath.Join(folder, "link"))
+	os.Chmod(folder, 0o755)
 	s := &supervisor{logf: t.Logf}
 	s.cfg.VM.Data = []vm.DataShare{{Name: "sales", Folder: folder}}
+	if err := s.openFolders(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.closeFolders()
+	if err := s.checkFolders(); err != nil {
+		t.Fatal(err)
+	}
 	run := testRun("r1")
 	run.Data = []wire.DataFolder{{Name: "sales"}}
 	rec, e := s.prepareRun(run)
@@ -108,5 +116,16 @@ func TestPrepareRunRecord(t *testing.T) {
 	os.Link(filepath.Join(folder, "a.csv"), filepath.Join(folder, "again.csv"))
 	if _, e := s.prepareRun(run); e == nil || e.Code != wire.ErrBadRequest || !strings.Contains(e.Message, "more than one name") {
 		t.Errorf("a hard link: %v", e)
+	}
+	if err := s.checkFolders(); err == nil || !strings.Contains(err.Error(), "hard links") {
+		t.Errorf("a boot with a hard link in a data folder: %v", err)
+	}
+	os.Remove(filepath.Join(folder, "again.csv"))
+	// The folder's path now leads to another folder: the run is refused
+	// rather than given a receipt of a folder the VM was not given.
+	os.Rename(folder, folder+".orig")
+	os.Mkdir(folder, 0o755)
+	if _, e := s.prepareRun(run); e == nil || e.Code != wire.ErrBadRequest || !strings.Contains(e.Message, "moved or replaced") {
+		t.Errorf("a swapped folder: %v", e)
 	}
 }

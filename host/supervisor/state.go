@@ -27,10 +27,14 @@ type State struct {
 	Accel         string `json:"accel,omitempty"`
 	// Arch is the guest's architecture (x86_64 or arm64); empty in the
 	// state of a supervisor from before guests had a choice of one.
-	Arch         string     `json:"arch,omitempty"`
-	Machine      string     `json:"machine,omitempty"`
-	Channel      string     `json:"channel,omitempty"`
-	Sandbox      string     `json:"sandbox,omitempty"`
+	Arch    string `json:"arch,omitempty"`
+	Machine string `json:"machine,omitempty"`
+	Channel string `json:"channel,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	// Jail says what confines what QEMU may reach on the host: its mode
+	// first (namespaces, landlock, none), then what it gives or why
+	// there is none.
+	Jail         string     `json:"jail,omitempty"`
 	StartedAt    time.Time  `json:"started_at"`
 	BootMS       int64      `json:"boot_ms,omitempty"`
 	AgentVersion string     `json:"agent_version,omitempty"`

@@ -140,6 +140,10 @@ func (s *supervisor) run() error {
 	if err := json.Unmarshal(b, &s.cfg); err != nil {
 		return fmt.Errorf("reading %s: %w", s.dir.Config(), err)
 	}
+	if err := s.openFolders(); err != nil {
+		return err
+	}
+	defer s.closeFolders()
 	c := s.cfg.VM
 	s.state = State{Phase: PhaseBooting, SupervisorPid: os.Getpid(), StartedAt: time.Now().UTC(),
 		Arch: c.Arch, Kernel: c.Kernel, Initramfs: c.Initramfs, MemoryMiB: c.MemoryMiB, CPUs: c.CPUs, Images: c.Images, Data: c.Data}
@@ -172,8 +176,12 @@ func (s *supervisor) run() error {
 	return s.serve(ctx, m, relay)
 }
 
-// boot tries each planned accelerator until a guest says hello.
+// boot tries each planned accelerator until a guest says hello. The
+// data folders are checked first: each boot gives them to the VM anew.
 func (s *supervisor) boot(ctx context.Context, accel string) (*vm.Machine, *Relay, error) {
+	if err := s.checkFolders(); err != nil {
+		return nil, nil, err
+	}
 	attempts, notes, err := vm.Plan(s.cfg.Home, s.cfg.VM, accel)
 	if err != nil {
 		return nil, nil, err
@@ -278,7 +286,7 @@ func (s *supervisor) record(m *vm.Machine, h wire.Hello, boot time.Duration) {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	st := &s.state
-	st.QEMUPid, st.Accel, st.Machine, st.Channel, st.Sandbox = m.Pid, m.Accel, m.Kind, m.Channel, m.Sandbox
+	st.QEMUPid, st.Accel, st.Machine, st.Channel, st.Sandbox, st.Jail = m.Pid, m.Accel, m.Kind, m.Channel, m.Sandbox, m.Jail
 	st.BootMS = boot.Milliseconds()
 	st.AgentVersion, st.AgentCommit, st.GuestKernel, st.Capabilities = h.AgentVersion, h.AgentCommit, h.Kernel, h.Capabilities
 	st.GuestImages = nil

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"pybox/host/folder"
+	"pybox/host/jail"
 	"pybox/shared/archs"
 	"pybox/shared/wire"
 )
@@ -52,6 +53,10 @@ type Config struct {
 	// NoQEMUSandbox lets the VM start under a QEMU built without its
 	// seccomp sandbox (-sandbox); without it such a QEMU is refused.
 	NoQEMUSandbox bool `json:"no_qemu_sandbox,omitempty"`
+	// Jail is how QEMU is confined on Linux (host/jail): auto (the
+	// default: namespaces, else Landlock, else none, the last only when
+	// no data folder is shared), namespaces, landlock, or none.
+	Jail string `json:"jail,omitempty"`
 }
 
 // Image is a read-only filesystem image attached to the VM. Digest is the
@@ -67,6 +72,10 @@ type Image struct {
 type DataShare struct {
 	Name   string `json:"name"`
 	Folder string `json:"folder"`
+	// Dir is the folder, opened by the supervisor once it has walked it
+	// (host/folder): the VM is given this very directory, and every run's
+	// walk starts from it, never from Folder resolved again.
+	Dir *os.File `json:"-"`
 }
 
 // DataTag is the share tag (9p mount tag, virtio-fs tag) of the i-th data
@@ -152,6 +161,12 @@ func (c *Config) Check() error {
 	}
 	if err := checkImages(c.Images); err != nil {
 		return err
+	}
+	if c.Jail == "" {
+		c.Jail = jail.Auto
+	}
+	if err := jail.CheckMode(c.Jail); err != nil {
+		return fmt.Errorf("vm: --qemu-jail: %w", err)
 	}
 	return c.checkData()
 }
@@ -293,9 +308,24 @@ func KernelCmdline(cfg Config, accel string) string {
 // booted, where the kernel's default, 9, gave back almost nothing.
 const reportOrder = 5
 
-// PidFile is where the VM process writes its pid. Its path in the VM
-// process's command line also tells this directory's VM apart from others.
+// PidFile is where the VM process of an older pybox wrote its pid; its
+// path in that process's command line told the VM of dir apart.
 func PidFile(dir string) string { return dir + "/vm.pid" }
+
+// Marker is the VM's name in its process's command line (QEMU's -name):
+// it tells the VM of the directory dir apart from any other process,
+// without naming a path of the user's to the VM process.
+func Marker(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return "pybox-" + hex.EncodeToString(sum[:8])
+}
+
+// Ours reports whether pid is the live VM process of the directory dir
+// (started by this pybox or an older one), so that a recycled pid is
+// never taken for it.
+func Ours(pid int, dir string) bool {
+	return Alive(pid, Marker(dir)) || Alive(pid, PidFile(dir))
+}
 
 // Attempt is one way to start the VM. The supervisor waits Timeout for
 // the guest's hello; when Probe is set and no hello came, the attempt is
@@ -312,9 +342,13 @@ type Machine struct {
 	Accel   string
 	Kind    string // machine type, e.g. "microvm"
 	Channel string // "virtio-serial" or "vsock"
-	// Sandbox says what confines the VM process itself: "qemu seccomp
-	// (-sandbox on)", or why nothing does.
+	// Sandbox says what confines the VM process's system calls: "qemu
+	// seccomp (-sandbox on)", or why nothing does.
 	Sandbox string
+	// Jail says what confines what the VM process may reach on the host
+	// (host/jail): its mode first, then what it gives, or why there is
+	// none.
+	Jail string
 	// Console is the serial console: reads are the guest's output, writes
 	// are typed into the guest. It reaches EOF when the VM is gone.
 	Console io.ReadWriter

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/mdlayher/vsock"
 
+	"pybox/host/jail"
 	"pybox/shared/archs"
 )
 
@@ -174,8 +176,10 @@ var machineKinds = map[string]machineKind{
 }
 
 // qemuArgs builds QEMU's command line. tscKHz is used only where the
-// machine type needs it.
-func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
+// machine type needs it. The files are named where the jail of mode
+// shows them (jail.Place), and the guest channel is the listening
+// socket QEMU inherits as descriptor 3.
+func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool, mode string) []string {
 	k := machineKinds[cfg.Machine]
 	cpu := "max" // under TCG: every feature QEMU can emulate (numpy's OpenBLAS needs more than the default model)
 	switch {
@@ -195,8 +199,7 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 		cmdline += " tsc_early_khz=" + strconv.Itoa(tscKHz) + " tsc=reliable"
 	}
 	args := []string{
-		"-name", "pybox",
-		"-pidfile", PidFile(cfg.Dir),
+		"-name", Marker(cfg.Dir),
 		"-machine", k.machine,
 		"-accel", accelOption(accel),
 		"-cpu", cpu,
@@ -205,8 +208,8 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-nic", "none", // no network device at all
 		"-no-reboot", // the guest powers off by rebooting; that must end QEMU
-		"-kernel", cfg.Kernel,
-		"-initrd", cfg.Initramfs,
+		"-kernel", jail.Place(mode, cfg.Kernel, "kernel", ""),
+		"-initrd", jail.Place(mode, cfg.Initramfs, "initramfs", ""),
 		"-append", cmdline,
 		// The console is QEMU's stdio: pipes to the supervisor, so
 		// nothing the guest prints early is lost before anyone connects.
@@ -233,25 +236,29 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 		if !k.hvc {
 			args = append(args, "-device", "virtio-serial"+k.suffix)
 		}
+		// The socket is the supervisor's, made before QEMU starts and
+		// passed as descriptor 3: QEMU needs no directory it may write.
 		args = append(args,
-			"-chardev", "socket,id=ch,path="+cfg.Dir+"/guest.sock,server=on,wait=off",
+			"-chardev", "socket,id=ch,fd="+strconv.Itoa(listenerFD)+",server=on,wait=off",
 			"-device", "virtserialport,chardev=ch,name=pybox")
 	}
 	for i, im := range cfg.Images {
 		id := "img" + strconv.Itoa(i)
 		args = append(args,
-			"-drive", "file="+im.Path+",if=none,format=raw,readonly=on,id="+id,
+			"-drive", "file="+jail.Place(mode, im.Path, "images", im.Name)+",if=none,format=raw,readonly=on,id="+id,
 			"-device", "virtio-blk"+k.suffix+",drive="+id+",serial="+im.Name)
 	}
 	for i, d := range cfg.Data {
 		// The folder itself, read-only: the guest can neither write it
 		// nor reach past it (security_model=none, and QEMU's local
 		// driver opens every path component without following links on
-		// the host). A comma in the path is doubled, as QEMU's option
-		// syntax asks.
+		// the host). readonly=on is QEMU's own check; the jail makes the
+		// host kernel refuse every write whatever QEMU asks for. A comma
+		// in the path is doubled, as QEMU's option syntax asks.
 		id := "data" + strconv.Itoa(i)
+		path := jail.Place(mode, d.Folder, "data", d.Name)
 		args = append(args,
-			"-fsdev", "local,id="+id+",path="+strings.ReplaceAll(d.Folder, ",", ",,")+",security_model=none,readonly=on",
+			"-fsdev", "local,id="+id+",path="+strings.ReplaceAll(path, ",", ",,")+",security_model=none,readonly=on",
 			"-device", "virtio-9p"+k.suffix+",fsdev="+id+",mount_tag="+DataTag(i))
 	}
 	if sandbox {
@@ -261,6 +268,9 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool) []string {
 	}
 	return args
 }
+
+// listenerFD is the descriptor QEMU finds its end of the guest channel at.
+const listenerFD = 3
 
 // accelOption is -accel's value. Under TCG the translation cache is sized
 // on purpose: QEMU's default lets it grow to 1 GiB of host memory, which
@@ -278,8 +288,9 @@ func accelOption(accel string) string {
 // again as slow, 64 MiB twice as slow.
 const tcgCacheMiB = 256
 
-// Start starts QEMU for one attempt. QEMU's stderr goes to stderr; its
-// last lines also end up in the Machine's exit error.
+// Start starts QEMU for one attempt, jailed as cfg.Jail says (see
+// jailModes). QEMU's stderr goes to stderr; its last lines also end up
+// in the Machine's exit error.
 func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 	k, ok := machineKinds[cfg.Machine]
 	if !ok {
@@ -292,12 +303,20 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 			return nil, fmt.Errorf("vm: %w: try --machine pc", err)
 		}
 	}
+	var devices []string
 	if cfg.Channel == ChannelVsock {
 		if _, err := os.Stat("/dev/vhost-vsock"); err != nil {
 			return nil, errors.New("vm: the vsock channel needs /dev/vhost-vsock (try: modprobe vhost_vsock), or use --channel serial")
 		}
+		devices = append(devices, "/dev/vhost-vsock")
+	}
+	if a.Accel == "kvm" {
+		devices = append(devices, "/dev/kvm")
 	}
 	qemu, err := exec.LookPath(qemuBinary(cfg.Arch))
+	if err == nil {
+		qemu, err = filepath.Abs(qemu)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w (try: apt-get install %s, or make deps)", err, qemuPackage(cfg.Arch))
 	}
@@ -306,19 +325,193 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 		return nil, fmt.Errorf("vm: %s was built without its seccomp sandbox (-sandbox), which confines QEMU if a guest ever escapes into it: "+
 			"install a QEMU that has it (Debian's %s does), or start with --no-qemu-sandbox to run without it", qemu, qemuPackage(cfg.Arch))
 	}
-	os.Remove(cfg.Dir + "/guest.sock")
-	cmd := exec.Command(qemu, qemuArgs(cfg, a.Accel, tsc, sandbox)...)
-	m, err := startQEMU(cmd, cfg, a, stderr)
-	if m != nil {
+	modes, notes, err := jailModes(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var listener *os.File
+	if cfg.Channel != ChannelVsock {
+		if listener, err = listenGuest(cfg.Dir + "/guest.sock"); err != nil {
+			return nil, fmt.Errorf("vm: the guest channel's socket: %w", err)
+		}
+		// QEMU holds its own copy once it runs: with this one closed, a
+		// QEMU that exits leaves nobody listening, and a dial fails at
+		// once rather than waiting on a socket nobody serves.
+		defer listener.Close()
+	}
+	var failed []string
+	for _, mode := range modes {
+		run := qemuRun{qemu: qemu, args: qemuArgs(cfg, a.Accel, tsc, sandbox, mode), listener: listener}
+		var launch func(stdio) launcher
+		if mode == jail.None {
+			launch = run.plain
+		} else {
+			launch = func(io stdio) launcher { return run.jailed(cfg, mode, devices, io) }
+		}
+		m, err := startQEMU(launch, cfg, a, stderr)
+		if err != nil {
+			if len(modes) == 1 {
+				return nil, fmt.Errorf("vm: %w", err)
+			}
+			failed = append(failed, err.Error())
+			continue
+		}
 		m.Sandbox = SandboxQEMU
 		if !sandbox {
 			m.Sandbox = "none: this QEMU has no -sandbox, and --no-qemu-sandbox allowed that"
 		}
+		m.Jail = describeJail(mode, notes, failed)
+		return m, nil
 	}
-	return m, err
+	return nil, fmt.Errorf("vm: QEMU could not be started jailed (%s): a guest taken over could then reach your files: "+
+		"see `pybox vm start --help` (--qemu-jail)", strings.Join(failed, "; "))
 }
 
-func startQEMU(cmd *exec.Cmd, cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
+// jailModes are the jails Start tries, in order, for cfg.Jail, with why
+// the others are left out. Auto tries namespaces, then Landlock, and
+// runs QEMU unjailed only when no data folder is shared: a folder is
+// given to the VM only behind a jail, or when the user asks for none.
+func jailModes(cfg Config) ([]string, []string, error) {
+	abi := jail.LandlockABI()
+	landlockOK := abi >= jail.MinLandlockABI
+	landlockWhy := fmt.Sprintf("landlock: this kernel offers ABI %d, and the jail needs %d (Linux 6.2) to stop a truncation", abi, jail.MinLandlockABI)
+	switch cfg.Jail {
+	case jail.Namespaces, jail.None:
+		return []string{cfg.Jail}, nil, nil
+	case jail.Landlock:
+		if !landlockOK {
+			return nil, nil, fmt.Errorf("vm: --qemu-jail landlock: %s; use --qemu-jail auto", landlockWhy)
+		}
+		return []string{jail.Landlock}, nil, nil
+	}
+	modes, notes := []string{jail.Namespaces}, []string(nil)
+	if landlockOK {
+		modes = append(modes, jail.Landlock)
+	} else {
+		notes = append(notes, landlockWhy)
+	}
+	if len(cfg.Data) == 0 {
+		modes = append(modes, jail.None)
+	}
+	return modes, notes, nil
+}
+
+// describeJail is Machine.Jail for the mode that started, with why the
+// modes before it did not.
+func describeJail(mode string, notes, failed []string) string {
+	if mode == jail.None {
+		if len(failed) == 0 {
+			return "none: --qemu-jail none asked for it; QEMU runs with all of your authority"
+		}
+		return "none: QEMU could not be jailed here (" + strings.Join(append(failed, notes...), "; ") + "); it runs with all of your authority, and the VM was given no data folder"
+	}
+	d := jail.Describe(mode, jail.LandlockABI())
+	if len(failed) > 0 {
+		d += " (" + strings.Join(failed, "; ") + ")"
+	}
+	return d
+}
+
+// dev and ino are the data folder's device and inode: of the directory
+// the supervisor opened, or where it opened none, of its path now.
+func (d DataShare) dev() uint64 { st := d.stat(); return st.Dev }
+func (d DataShare) ino() uint64 { st := d.stat(); return st.Ino }
+
+func (d DataShare) stat() syscall.Stat_t {
+	var st syscall.Stat_t
+	if d.Dir != nil {
+		syscall.Fstat(int(d.Dir.Fd()), &st)
+	} else {
+		syscall.Stat(d.Folder, &st)
+	}
+	return st
+}
+
+// listenGuest makes the listening socket of the guest channel at path,
+// and returns it as a file QEMU can inherit.
+func listenGuest(path string) (*os.File, error) {
+	os.Remove(path)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	l.SetUnlinkOnClose(false)
+	f, err := l.File()
+	l.Close()
+	return f, err
+}
+
+// stdio are the ends QEMU gets of the pipes to the supervisor.
+type stdio struct{ in, out, err *os.File }
+
+// launcher is a VM process to start. Start is called on a thread locked
+// until Wait returns: the parent-death signal is tied to the thread that
+// forks.
+type launcher interface {
+	Start() error
+	Wait() error
+	Pid() int
+	Kill() error
+}
+
+// qemuRun is one QEMU to start, unjailed or in a jail.
+type qemuRun struct {
+	qemu     string
+	args     []string
+	listener *os.File
+}
+
+// plain is QEMU started directly: --qemu-jail none, or no jail here.
+func (r qemuRun) plain(io stdio) launcher {
+	cmd := exec.Command(r.qemu, r.args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = io.in, io.out, io.err
+	if r.listener != nil {
+		cmd.ExtraFiles = []*os.File{r.listener}
+	}
+	// If the supervisor dies, so does QEMU: nothing may run unowned.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return plainCmd{cmd}
+}
+
+// jailed is QEMU started by the jail's helper (this binary, as `pybox
+// vm _jail`), which execs it once the jail is built.
+func (r qemuRun) jailed(cfg Config, mode string, devices []string, io stdio) launcher {
+	spec := &jail.Spec{
+		Mode: mode, Program: r.qemu, Args: r.args, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Devices: devices, Listener: r.listener != nil,
+		Files: []jail.File{
+			{Host: cfg.Kernel, Jail: jail.Place(mode, cfg.Kernel, "kernel", "")},
+			{Host: cfg.Initramfs, Jail: jail.Place(mode, cfg.Initramfs, "initramfs", "")},
+		},
+	}
+	for _, im := range cfg.Images {
+		spec.Files = append(spec.Files, jail.File{Host: im.Path, Jail: jail.Place(mode, im.Path, "images", im.Name)})
+	}
+	for _, d := range cfg.Data {
+		spec.Folders = append(spec.Folders, jail.Folder{Host: d.Folder, Jail: jail.Place(mode, d.Folder, "data", d.Name), Dev: d.dev(), Ino: d.ino()})
+	}
+	c := &jail.Cmd{Spec: spec, Helper: jail.Helper(), Stdin: io.in, Stdout: io.out, Stderr: io.err, Listener: r.listener}
+	return jailCmd{c}
+}
+
+type plainCmd struct{ *exec.Cmd }
+
+func (c plainCmd) Start() error {
+	if err := c.Cmd.Start(); err != nil {
+		return fmt.Errorf("starting QEMU: %w", err)
+	}
+	return nil
+}
+
+func (c plainCmd) Pid() int    { return c.Process.Pid }
+func (c plainCmd) Kill() error { return c.Process.Signal(syscall.SIGKILL) }
+
+type jailCmd struct{ *jail.Cmd }
+
+func (c jailCmd) Pid() int    { return c.Process().Pid }
+func (c jailCmd) Kill() error { return c.Process().Signal(syscall.SIGKILL) }
+
+func startQEMU(launch func(stdio) launcher, cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -337,9 +530,7 @@ func startQEMU(cmd *exec.Cmd, cfg Config, a Attempt, stderr io.Writer) (*Machine
 		outW.Close()
 		return nil, err
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	// If the supervisor dies, so does QEMU: nothing may run unowned.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := launch(stdio{inR, outW, errW})
 
 	m := &Machine{Accel: a.Accel, Kind: cfg.Machine, Channel: "virtio-serial", done: make(chan struct{})}
 	if cfg.Channel == ChannelVsock {
@@ -375,11 +566,12 @@ func startQEMU(cmd *exec.Cmd, cfg Config, a Attempt, stderr io.Writer) (*Machine
 	if err != nil {
 		inW.Close()
 		outR.Close()
-		return nil, fmt.Errorf("vm: starting QEMU: %w", err)
+		<-stderrDone
+		return nil, err
 	}
-	m.Pid = cmd.Process.Pid
+	m.Pid = cmd.Pid()
 	m.Console = consoleStream{outR, inW}
-	m.kill = func() error { return cmd.Process.Signal(syscall.SIGKILL) }
+	m.kill = cmd.Kill
 	if cfg.Channel == ChannelVsock {
 		m.dial = func(ctx context.Context) (net.Conn, error) {
 			return redial(ctx, m, func() (net.Conn, error) { return vsock.Dial(guestCID, guestVsock, nil) })

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"pybox/host/jail"
 	"pybox/shared/archs"
 )
 
@@ -35,7 +36,7 @@ func argAfter(args []string, flag string) []string {
 
 func TestQEMUArgsMicrovmTCG(t *testing.T) {
 	cfg := testConfig(t, MachineMicrovm)
-	args := qemuArgs(cfg, "tcg", 2445404, true)
+	args := qemuArgs(cfg, "tcg", 2445404, true, jail.None)
 	if got := argAfter(args, "-machine"); !slices.Equal(got, []string{"microvm,acpi=off"}) {
 		t.Errorf("-machine %v", got)
 	}
@@ -69,8 +70,11 @@ func TestQEMUArgsMicrovmTCG(t *testing.T) {
 	if !strings.Contains(drive, "readonly=on") || !strings.Contains(drive, "format=raw") {
 		t.Errorf("-drive %q is not a read-only raw drive", drive)
 	}
-	if got := argAfter(args, "-chardev"); len(got) != 2 || !strings.Contains(got[1], "path="+cfg.Dir+"/guest.sock,server=on,wait=off") {
-		t.Errorf("-chardev %v", got)
+	if got := argAfter(args, "-chardev"); len(got) != 2 || got[1] != "socket,id=ch,fd=3,server=on,wait=off" {
+		t.Errorf("-chardev %v: want the inherited listener", got)
+	}
+	if got := argAfter(args, "-name"); !slices.Equal(got, []string{Marker(cfg.Dir)}) || slices.Contains(args, "-pidfile") {
+		t.Errorf("-name %v, or a -pidfile naming the VM's directory, in %q", got, args)
 	}
 	if !slices.Contains(args, "-sandbox") {
 		t.Error("no -sandbox")
@@ -79,7 +83,7 @@ func TestQEMUArgsMicrovmTCG(t *testing.T) {
 
 func TestQEMUArgsPCKVM(t *testing.T) {
 	cfg := testConfig(t, MachinePC)
-	args := qemuArgs(cfg, "kvm", 2445404, false)
+	args := qemuArgs(cfg, "kvm", 2445404, false, jail.None)
 	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{"host"}) {
 		t.Errorf("-cpu %v", got)
 	}
@@ -102,7 +106,7 @@ func TestQEMUArgsPCKVM(t *testing.T) {
 func TestQEMUArgsVsock(t *testing.T) {
 	cfg := testConfig(t, MachineMicrovm)
 	cfg.Channel = ChannelVsock
-	devices := strings.Join(argAfter(qemuArgs(cfg, "tcg", 1, false), "-device"), " ")
+	devices := strings.Join(argAfter(qemuArgs(cfg, "tcg", 1, false, jail.None), "-device"), " ")
 	if !strings.Contains(devices, "vhost-vsock-device,guest-cid=3") || strings.Contains(devices, "virtserialport") {
 		t.Errorf("devices %q", devices)
 	}
@@ -212,6 +216,55 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
+// In a jail of its own root, QEMU finds the VM's files under /pybox, and
+// its command line names no path of the user's.
+func TestQEMUArgsJailed(t *testing.T) {
+	cfg := testConfig(t, MachineMicrovm)
+	cfg.Data = []DataShare{{Name: "sales", Folder: "/home/someone/sales,2024"}}
+	args := qemuArgs(cfg, "tcg", 1, true, jail.Namespaces)
+	for flag, want := range map[string]string{
+		"-kernel": "/pybox/kernel", "-initrd": "/pybox/initramfs",
+		"-drive": "file=/pybox/images/stdlib,", "-fsdev": "path=/pybox/data/sales,",
+	} {
+		if got := argAfter(args, flag); len(got) != 1 || !strings.HasPrefix(strings.TrimPrefix(got[0], "local,id=data0,"), want) {
+			t.Errorf("%s %v, want %s...", flag, got, want)
+		}
+	}
+	if all := strings.Join(args, " "); strings.Contains(all, cfg.Dir) || strings.Contains(all, "/home/someone") {
+		t.Errorf("a host path in the jailed command line: %q", all)
+	}
+	// Under Landlock (no root of its own) the paths are the host's.
+	args = qemuArgs(cfg, "tcg", 1, true, jail.Landlock)
+	if got := argAfter(args, "-fsdev"); len(got) != 1 || !strings.Contains(got[0], "path=/home/someone/sales,,2024,") {
+		t.Errorf("-fsdev %v", got)
+	}
+}
+
+// Auto tries namespaces first, Landlock where the kernel can stop a
+// truncation, and no jail only when no data folder would be shared.
+func TestJailModes(t *testing.T) {
+	cfg := testConfig(t, MachineMicrovm)
+	cfg.Jail = jail.Auto
+	modes, _, err := jailModes(cfg)
+	if err != nil || modes[0] != jail.Namespaces || modes[len(modes)-1] != jail.None {
+		t.Errorf("auto without data folders: %v %v", modes, err)
+	}
+	cfg.Data = []DataShare{{Name: "d", Folder: t.TempDir()}}
+	modes, notes, err := jailModes(cfg)
+	if err != nil || slices.Contains(modes, jail.None) {
+		t.Errorf("auto with a data folder may run unjailed: %v %v", modes, err)
+	}
+	if slices.Contains(modes, jail.Landlock) != (jail.LandlockABI() >= jail.MinLandlockABI) || (len(notes) > 0) == (jail.LandlockABI() >= jail.MinLandlockABI) {
+		t.Errorf("auto and Landlock ABI %d: %v, notes %q", jail.LandlockABI(), modes, notes)
+	}
+	for _, m := range []string{jail.Namespaces, jail.None} {
+		cfg.Jail = m
+		if modes, _, err := jailModes(cfg); err != nil || !slices.Equal(modes, []string{m}) {
+			t.Errorf("%s: %v %v", m, modes, err)
+		}
+	}
+}
+
 func TestAlive(t *testing.T) {
 	if !Alive(os.Getpid(), "vm.test") {
 		t.Error("this test process is not alive")
@@ -234,7 +287,7 @@ func TestQEMUArgsArm64(t *testing.T) {
 	if err := cfg.Check(); err != nil {
 		t.Fatal(err)
 	}
-	args := qemuArgs(cfg, "tcg", 0, true)
+	args := qemuArgs(cfg, "tcg", 0, true, jail.None)
 	if got := qemuBinary(archs.Arm64); got != "qemu-system-aarch64" && os.Getenv("PYBOX_QEMU") == "" {
 		t.Errorf("binary %q", got)
 	}
