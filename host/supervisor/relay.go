@@ -78,7 +78,11 @@ func (r *Relay) SetPrepare(f func(*wire.Run) ([]wire.DataFolder, *wire.Error)) {
 
 // pending is a request on its way through the guest.
 type pending struct {
-	c       *peer  // nil when the supervisor asked, or the client left
+	// c is nil when the supervisor asked, or the client left: leave
+	// clears it under Relay.mu, so it is read under that lock while p is
+	// in Relay.pending. Whoever takes p out of the table (under the
+	// lock) may read it freely: leave no longer sees p.
+	c       *peer
 	id      uint64 // the client's ID
 	typ     string
 	runID   string
@@ -225,7 +229,8 @@ func (r *Relay) expire(now time.Time) {
 
 // answer hands the guest's answer to p (a frame's payload, of type typ)
 // to whoever asked: to a client as it came, under the client's ID; to the
-// supervisor's own request decoded.
+// supervisor's own request decoded. p must be out of r.pending, so that
+// its client is no longer leave's to clear (see pending.c).
 func (r *Relay) answer(p *pending, typ string, payload []byte) {
 	switch {
 	case p.reply != nil:
@@ -247,7 +252,8 @@ func (r *Relay) answer(p *pending, typ string, payload []byte) {
 	}
 }
 
-// answerWith answers p with a message of the supervisor's own.
+// answerWith answers p, out of r.pending as for answer, with a message
+// of the supervisor's own.
 func (r *Relay) answerWith(p *pending, m *wire.Message) {
 	switch {
 	case p.reply != nil:
@@ -313,18 +319,26 @@ func (r *Relay) deliver(typ string, id uint64, payload []byte) {
 // the guest's reader, which is how the guest is slowed to what the
 // client can write.
 func (r *Relay) deliverOutput(id uint64, payload []byte) {
+	// The run stays in r.pending, where leave may clear its client at
+	// any moment: the client is read under r.mu, and the part passed
+	// outside it, for pass may wait. A client that leaves in between is
+	// closed, and pass then drops the part.
+	var c *peer
 	r.mu.Lock()
 	p := r.pending[id]
+	if p != nil {
+		c = p.c
+	}
 	r.mu.Unlock()
 	switch {
 	case p == nil || p.typ != wire.TypeRun || !p.deliver:
 		r.logDropped("the guest sent output for id %d, which is no run in flight that asked for it: dropped", id)
 		return
-	case p.c == nil:
+	case c == nil:
 		return // the client left; the run's cancel is on its way
 	}
 	wire.SetID(payload, p.id)
-	p.c.pass(payload, clientWriteLimit)
+	c.pass(payload, clientWriteLimit)
 }
 
 func allowed(req, reply string) bool {

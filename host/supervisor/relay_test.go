@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -655,4 +656,77 @@ func TestReceiptWaitsBehindOutput(t *testing.T) {
 	if h.logged("not reading") {
 		t.Error("the client was dropped")
 	}
+}
+
+// A client that leaves while the guest streams its run's output: the
+// guest's reader and leave both touch the run's client, so the reader
+// must read it under the relay's lock. Unlocked, -race reports the two
+// (and, at worst, the reader passes the part to a client just cleared
+// to nil and the supervisor panics). Each round hits the window only
+// by chance, hence the rounds.
+func TestClientLeavesWhileOutputStreams(t *testing.T) {
+	h := newHarness(t)
+	for i := range 200 {
+		leaveWhileOutputStreams(t, h, fmt.Sprintf("r-left-%d", i))
+	}
+}
+
+// leaveWhileOutputStreams is one round: a client starts runID, asking
+// for its output, and leaves while the guest streams it; the guest gets
+// the cancel, and then ends the run.
+func leaveWhileOutputStreams(t *testing.T, h *harness, runID string) {
+	t.Helper()
+	c := h.connect()
+	h.hello(c)
+	run := testRun(runID)
+	run.Deliver = &wire.Deliver{MaxBytes: 1 << 20}
+	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 1, Run: run})
+	g := recv(t, h.guest)
+	stop, streamed := make(chan struct{}), make(chan struct{})
+	var part bytes.Buffer // encoded once: the guest streams as fast as the relay reads
+	if err := writeMessage(&part, &wire.Message{Type: wire.TypeOutput, ID: g.ID, Output: &wire.OutputChunk{RunID: runID, Name: "f", Data: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(streamed)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := h.guest.Write(part.Bytes()); err != nil {
+				return
+			}
+		}
+	}()
+	flowing := make(chan struct{})
+	go func() {
+		// The client reads on until it leaves, so that the guest's
+		// reader is passing parts, not waiting for room, when it does.
+		for n := 0; ; n++ {
+			if _, err := readMessage(c); err != nil {
+				return
+			}
+			if n == 2 {
+				close(flowing)
+			}
+		}
+	}()
+	select {
+	case <-flowing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no output reached the client")
+	}
+	c.Close()
+	cancel := recv(t, h.guest)
+	close(stop)
+	<-streamed
+	if cancel.Type != wire.TypeCancel || cancel.Cancel.RunID != runID {
+		t.Fatalf("after the client left the guest got %+v, want cancel %s", cancel, runID)
+	}
+	send(t, h.guest, &wire.Message{Type: wire.TypeOK, ID: cancel.ID})
+	rc := receipt(runID, wire.StatusCancelled)
+	rc.ID = g.ID
+	send(t, h.guest, rc)
 }
