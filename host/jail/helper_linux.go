@@ -34,7 +34,7 @@ func Main() int {
 
 // run is the helper's straight line: the supervisor still there, the
 // spec, the jail of its mode, nothing inherited but the listener, no
-// privilege left, and the program.
+// privilege left, no changing a file's metadata, and the program.
 func run() error {
 	if err := supervisorAlive(); err != nil {
 		return err
@@ -59,6 +59,9 @@ func run() error {
 		return err
 	}
 	if err := dropPrivileges(); err != nil {
+		return err
+	}
+	if err := refuseMetadata(); err != nil {
 		return err
 	}
 	// Armed last, after every change of credentials (a change that

@@ -133,6 +133,9 @@ if true > %[1]s/new 2>/dev/null; then echo "create: done"; else echo "create: re
 if cat %[2]s >/dev/null 2>&1; then echo "guest file: read"; else echo "guest file: unread"; fi
 if cat %[3]s >/dev/null 2>&1; then echo "canary: read"; else echo "canary: unread"; fi
 if cat %[1]s/victim.csv >/dev/null 2>&1; then echo "data: read"; else echo "data: unread"; fi
+if chmod 600 %[3]s %[1]s/victim.csv 2>/dev/null; then echo "chmod: done"; else echo "chmod: refused"; fi
+if touch -m -d 2001-01-01 %[3]s 2>/dev/null; then echo "utimes: done"; else echo "utimes: refused"; fi
+if echo x > /dev/null; then echo "write /dev/null: done"; else echo "write /dev/null: refused"; fi
 `
 
 func TestJail(t *testing.T) {
@@ -157,6 +160,9 @@ func TestJail(t *testing.T) {
 				"truncate: refused", "append: refused", "create: refused", // the data folder is read-only to the program
 				"guest file: read", "data: read", // what the VM needs is there
 				"canary: unread", // nothing else of the host is
+				// Metadata: Landlock does not control it, the filter does.
+				"chmod: refused", "utimes: refused",
+				"write /dev/null: done", // a device still works
 			} {
 				if !strings.Contains(out, want+"\n") {
 					t.Errorf("the jail let the program do otherwise than %q", want)
@@ -164,6 +170,9 @@ func TestJail(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(w.victim); string(b) != "region,sales\nnorth,120\n" {
 				t.Errorf("the host's data file changed: %q", b)
+			}
+			if fi, err := os.Stat(w.canary); err != nil || fi.Mode().Perm() != 0o644 || fi.ModTime().Year() == 2001 {
+				t.Errorf("the canary's mode or time changed: %v %v", fi.Mode(), fi.ModTime())
 			}
 			if _, err := os.Stat(filepath.Join(w.data, "new")); err == nil {
 				t.Errorf("the program made a file in the data folder")

@@ -40,8 +40,7 @@ func (s step) String() string { return s.what }
 // them: a data folder under /tmp). Then, in order: stop mounts
 // propagating to the host; a small tmpfs becomes the new root; the
 // system's programs and libraries, the device nodes, the guest files and
-// the data folders are bound into it, each read-only but the devices (a
-// write to /dev/null is no write to the host); pivot_root leaves the
+// the data folders are bound into it, each read-only; pivot_root leaves the
 // host's tree behind, detached; the root itself turns read-only, so the
 // program can create nothing anywhere.
 func buildRoot(spec *Spec) error {
@@ -171,8 +170,10 @@ func symlinkStep(d string) step {
 var (
 	readOnly = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	// A data folder: not even a program of the folder runs from it.
-	folder  = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
-	devices = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}
+	folder = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	// A device node: read-only is its inode, not its data, so a write
+	// to /dev/null still works and a chmod of it does not.
+	devices = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}
 )
 
 // bindFD makes a copy of the mount tree at fd, sets attr on all of it
