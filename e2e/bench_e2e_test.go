@@ -46,13 +46,13 @@ type benchKnobs struct {
 	PandasAlt int `json:"pandas_alt"` // BENCH_PANDAS_RUNS: pandas samples per alternative
 	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program in each series, warm and cold
 	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
-	// boots, vm, warm, data, memory, hardening, arm64, relay); empty runs
-	// them all.
+	// boots, vm, warm, data, memory, hardening, arm64, relay, outdir,
+	// jail); empty runs them all.
 	Only string `json:"only,omitempty"`
 }
 
 // benchParts are the bench's parts, in the order they run.
-var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening", "arm64", "relay"}
+var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening", "arm64", "relay", "outdir", "jail"}
 
 // runs says whether the part is in this run.
 func (k benchKnobs) runs(part string) bool {
@@ -200,7 +200,7 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 	parts := map[string]func(*testing.B, *benchReport, benchKnobs){
-		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay,
+		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay, "outdir": benchOutdir, "jail": benchJail,
 	}
 	for _, p := range benchParts {
 		if k.runs(p) {

@@ -14,7 +14,10 @@
 # this host's, which needs `make ARCH=arm64` and its stdlib image, as
 # `make bench` builds them; relay: the host's round trip beside the code
 # before the relay became a router of framed bytes, BENCH_BEFORE, built
-# once by scripts/bench-before.sh), BENCH_DROP_CACHES=0 (keep the host page cache before the
+# once by scripts/bench-before.sh; outdir: the output folder's admission
+# with 100,000 files of earlier runs, the old walk beside the ledger, in
+# process, no VM; jail: boot and a warm call with QEMU jailed beside
+# unjailed), BENCH_DROP_CACHES=0 (keep the host page cache before the
 # cold boots; by default they drop it, which needs root).
 # BENCH_INITRAMFS is the benchmark build of the agent (make bench-guest),
 # whose console can switch off the posture check and the seccomp filter;

@@ -90,7 +90,7 @@ func mcpOptions(fs *flag.FlagSet, args []string) (mcp.Options, int, bool) {
 	outDir := fs.String("output-dir", "", "save everything a program writes to /tmp/output/ here, in a new directory per run (DIR/RUN_ID/)")
 	outDot := fs.Bool("output-dotfiles", false, "with --output-dir, also save files whose names start with a dot")
 	maxOut := fs.Int64("max-output-dir-bytes", mcp.DefaultMaxOutputDirBytes, "the most one run may save in --output-dir, in bytes (at most 64 MiB, a run's /tmp)")
-	maxTotal := fs.Int64("max-output-dir-total", mcp.DefaultMaxOutputDirTotal, "the most --output-dir may hold, earlier runs included, in bytes; when it is full, calls are refused until you make room (pybox never deletes a run's folder)")
+	maxTotal := fs.Int64("max-output-dir-total", mcp.DefaultMaxOutputDirTotal, "the most --output-dir may hold, earlier runs included, in bytes as du counts them and 4 KiB more for each file or directory (at most 1,000,000 entries); servers sharing the folder share the bound; when it is full, calls are refused until you make room (pybox never deletes a run's folder)")
 	pos, code, err := parse(fs, args)
 	if err != nil {
 		return mcp.Options{}, code, false

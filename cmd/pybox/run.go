@@ -67,7 +67,12 @@ func runMain(args []string) int {
 	var out *outdir.Dir
 	var take func(*wire.OutputChunk)
 	if ra.out != "" {
-		out = outdir.New(ra.out, ra.run.RunID, outdir.Options{Dotfiles: ra.dotfiles})
+		// No bound of its own; in a folder a pybox mcp keeps a ledger for,
+		// the run is recorded there, so that the servers' total stays right.
+		if out, err = (outdir.Folder{Path: ra.out}).Admit(ra.run.RunID, outdir.Options{Dotfiles: ra.dotfiles}); err != nil {
+			return runFailed(ra, &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf("--out %s: %v: check the folder, or choose another", ra.out, err),
+				Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}})
+		}
 		take = out.Chunk
 	}
 	res, err := c.RunDeliver(ctx, ra.checked, take)

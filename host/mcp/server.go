@@ -131,12 +131,15 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	if len(run.Data) > 0 {
 		run.MaxDataBytes = s.opts.MaxDataBytes
 	}
-	var room int64
+	var out *outdir.Dir
 	if s.opts.OutputDir != "" {
-		if room, err = s.outputRoom(); err != nil {
+		if out, err = s.admitOutput(run.RunID); err != nil {
 			return refused(codeOutputFull, err.Error()+". Nothing ran.")
 		}
-		run.Deliver = &wire.Deliver{MaxBytes: room}
+		// A run that never starts gives its room back; after the run's
+		// Finish (saveOutput) this does nothing.
+		defer out.Abort()
+		run.Deliver = &wire.Deliver{MaxBytes: out.Room()}
 	}
 	// The one check of the run on the host: what the client sends.
 	checked, err := client.CheckRun(run)
@@ -167,10 +170,8 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 		return refused(code, msg+". Nothing ran.")
 	}
 	defer vm.Close()
-	var out *outdir.Dir
 	var take func(*wire.OutputChunk)
-	if s.opts.OutputDir != "" {
-		out = outdir.New(s.opts.OutputDir, run.RunID, outdir.Options{Dotfiles: s.opts.OutputDotfiles, MaxBytes: room})
+	if out != nil {
 		take = out.Chunk
 	}
 	res, err := vm.RunDeliver(ctx, checked, take)
@@ -182,20 +183,41 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	return o
 }
 
-// outputRoom is what a run may write to the output folder: its own bound,
-// or what the folder's total bound leaves of it. A full folder is an
-// error: the user decides what to move or delete, never PyBox.
-func (s *Server) outputRoom() (int64, error) {
-	used, err := outdir.Used(s.opts.OutputDir)
-	if err != nil {
-		return 0, fmt.Errorf("the output folder %s cannot be measured (%v): check it, or start pybox mcp with another --output-dir", s.opts.OutputDir, err)
+// admitOutput makes the run's directory in the output folder and
+// reserves what the run may write there: its own bound, or what the
+// folder's total bound leaves of it. Both count the disk (du's measure,
+// and 4 KiB for each entry), and the folder's ledger and lock are shared
+// by every server on it (see host/outdir). A full folder is an error:
+// the user decides what to move or delete, never PyBox.
+func (s *Server) admitOutput(runID string) (*outdir.Dir, error) {
+	f := outdir.Folder{Path: s.opts.OutputDir, MaxCost: s.opts.MaxOutputDirTotal, MaxEntries: outdir.DefaultMaxEntries}
+	out, err := f.Admit(runID, outdir.Options{Dotfiles: s.opts.OutputDotfiles, MaxBytes: s.opts.MaxOutputDirBytes})
+	var full *outdir.FullError
+	switch {
+	case errors.As(err, &full):
+		return nil, s.outputFull(full)
+	case err != nil:
+		return nil, fmt.Errorf("the output folder %s cannot be measured or written (%v): check it, or start pybox mcp with another --output-dir", s.opts.OutputDir, err)
 	}
-	left := s.opts.MaxOutputDirTotal - used
-	if left <= 0 {
-		return 0, fmt.Errorf("the output folder %s is full: it holds %d bytes, and --max-output-dir-total is %d; move or delete folders of earlier runs there (pybox never deletes them), or raise the limit",
-			s.opts.OutputDir, used, s.opts.MaxOutputDirTotal)
+	return out, nil
+}
+
+// outputFull says what fills the output folder and how to make room.
+func (s *Server) outputFull(e *outdir.FullError) error {
+	held := fmt.Sprintf("it holds %d bytes (as du counts them) in %d entries", e.Held.Bytes, e.Held.Entries)
+	if e.ByEntries {
+		if e.Reserved.Entries > 0 {
+			held += fmt.Sprintf(", runs in progress have %d more reserved", e.Reserved.Entries)
+		}
+		return fmt.Errorf("the output folder %s is full: %s, and it may hold %d entries; move or delete folders of earlier runs there (pybox never deletes them)",
+			s.opts.OutputDir, held, e.MaxEntries)
 	}
-	return min(left, s.opts.MaxOutputDirBytes), nil
+	held += fmt.Sprintf(", which count as %d bytes (%d for each entry)", e.Held.Cost(), outdir.EntryCost)
+	if e.Reserved.Bytes > 0 {
+		held += fmt.Sprintf(", runs in progress have %d more reserved", e.Reserved.Bytes)
+	}
+	return fmt.Errorf("the output folder %s is full: %s, and --max-output-dir-total is %d; move or delete folders of earlier runs there (pybox never deletes them), or raise the limit",
+		s.opts.OutputDir, held, s.opts.MaxOutputDirTotal)
 }
 
 // saveOutput keeps the files of the output folder that the receipt lists

@@ -15,6 +15,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/outdir"
 	"pybox/shared/wire"
 )
 
@@ -665,9 +666,12 @@ func TestOutputDir(t *testing.T) {
 	}
 }
 
-// The output folder's total bound: a run may write what is left of it,
-// and once earlier runs filled it a call is refused before anything runs,
-// saying how to make room; nothing of the earlier runs is deleted.
+// The output folder's total bound, by the disk's measure (du's bytes and
+// 4 KiB an entry): a run may write what is left of it, and once earlier
+// runs filled it a call is refused before anything runs, saying what the
+// folder holds as du counts it and how to make room; nothing of the
+// earlier runs is deleted, and room made by hand is found at the next
+// call.
 func TestOutputDirTotal(t *testing.T) {
 	vm := newFakeVM()
 	var asked []int64
@@ -679,18 +683,33 @@ func TestOutputDirTotal(t *testing.T) {
 	earlier := filepath.Join(dir, "earlier-run")
 	os.Mkdir(earlier, 0o755)
 	os.WriteFile(filepath.Join(earlier, "big.bin"), make([]byte, 3000), 0o644)
-	o := Options{Images: []string{"stdlib"}, MaxTimeout: 5, OutputDir: dir, MaxOutputDirBytes: 1 << 20, MaxOutputDirTotal: 5000}
+	const total = 1 << 20
+	o := Options{Images: []string{"stdlib"}, MaxTimeout: 5, OutputDir: dir, MaxOutputDirBytes: 1 << 20, MaxOutputDirTotal: total}
 	cs := startSession(t, o, vm, testLimits()).client("")
-	if d := callTool(t, cs, map[string]any{"code": "x"}); d.isError || len(asked) != 1 || asked[0] != 2000 {
-		t.Fatalf("the run may write %v (want the 2000 bytes left): isError %v %+v", asked, d.isError, d.doc.Error)
+	if d := callTool(t, cs, map[string]any{"code": "x"}); d.isError || len(asked) != 1 {
+		t.Fatalf("isError %v %+v", d.isError, d.doc.Error)
 	}
-	os.WriteFile(filepath.Join(earlier, "more.bin"), make([]byte, 2000), 0o644)
+	held, _ := outdir.Measure(dir)
+	if e, _ := outdir.Measure(earlier); asked[0] > total-e.Cost() || asked[0] < total-held.Cost() {
+		t.Errorf("the run may write %d: the folder holds %+v (cost %d), the earlier run %+v (cost %d), the bound is %d", asked[0], held, held.Cost(), e, e.Cost(), total)
+	}
+	// Another earlier run, put there by hand, fills the folder.
+	another := filepath.Join(dir, "another-run")
+	os.Mkdir(another, 0o755)
+	os.WriteFile(filepath.Join(another, "fill.bin"), make([]byte, total), 0o644)
 	d := callTool(t, cs, map[string]any{"code": "x"})
-	if !d.isError || d.doc.Error == nil || d.doc.Error.Code != codeOutputFull || !strings.Contains(d.doc.Error.Message, "move or delete") ||
+	held, _ = outdir.Measure(dir)
+	want := fmt.Sprintf("it holds %d bytes (as du counts them) in %d entries, which count as %d bytes (4096 for each entry), and --max-output-dir-total is %d; move or delete",
+		held.Bytes, held.Entries, held.Cost(), total)
+	if !d.isError || d.doc.Error == nil || d.doc.Error.Code != codeOutputFull || !strings.Contains(d.doc.Error.Message, want) ||
 		d.exec.Cleanup.Status != wire.CleanupNotAttempted || len(asked) != 1 {
-		t.Fatalf("a full output folder: isError %v, %+v, cleanup %+v, runs %d", d.isError, d.doc.Error, d.exec.Cleanup, len(asked))
+		t.Fatalf("a full output folder: isError %v, %+v (want %q), cleanup %+v, runs %d", d.isError, d.doc.Error, want, d.exec.Cleanup, len(asked))
 	}
 	if _, err := os.Stat(filepath.Join(earlier, "big.bin")); err != nil {
 		t.Errorf("an earlier run's file is gone: %v", err)
+	}
+	os.RemoveAll(another)
+	if d := callTool(t, cs, map[string]any{"code": "x"}); d.isError || len(asked) != 2 {
+		t.Errorf("after the user made room: isError %v %+v", d.isError, d.doc.Error)
 	}
 }

@@ -1,20 +1,3 @@
-// Package outdir writes the files a run delivers (its whole /tmp/output,
-// streamed from the guest) onto the host, into a new directory named for
-// the run under a folder the user chose: `pybox run --out DIR` and
-// `pybox mcp --output-dir DIR`.
-//
-// The names are the program's, so they are held to the rules a careful
-// user would set: a plain file name, nothing that needs escaping, never
-// outside the run's directory (it is written through an os.Root), never
-// over a file that exists (the directory is new, every file is created
-// with O_EXCL, and given its name by a link, which replaces nothing),
-// names that start with a dot only when asked for, and a bound on the
-// bytes of one run. A file is kept only if it came whole and matches the
-// sha256 the receipt gives it: until then it is written under a
-// temporary name, and only a file that is whole, checked and on disk is
-// given its own name, so that no program or person sees part of a file,
-// or a file the receipt disowns, under a name it could take for the
-// result.
 package outdir
 
 import (
@@ -42,9 +25,14 @@ const partPrefix = ".pybox-partial-"
 type Options struct {
 	// Dotfiles lets names that start with a dot be written.
 	Dotfiles bool
-	// MaxBytes bounds what one run writes; 0 means wire.DefaultTmpBytes
-	// (a run's /tmp cannot hold more).
+	// MaxBytes bounds what the run's directory costs, by the measure of
+	// the folder's bound (see cost.go): its files' bytes rounded up to
+	// whole blocks, and EntryCost for each file and for the directory.
+	// 0 means MaxRunCost (a run's /tmp cannot deliver more).
 	MaxBytes int64
+	// MaxEntries bounds the entries of the run's directory, itself
+	// included; 0 means no bound but the wire's wire.MaxDeliveredFiles.
+	MaxEntries int64
 }
 
 // Saved is a file written on the host.
@@ -60,18 +48,20 @@ type Saved struct {
 // (Abort); mu makes each call whole, and once Finish or Abort has run,
 // nothing more is written.
 type Dir struct {
-	path string // <parent>/<run_id>; made at the first file
+	path string // <parent>/<run_id>; made at the first file, or by Folder.Admit
 	opts Options
 
-	mu      sync.Mutex
-	done    bool // Finish or Abort has run
-	root    *os.Root
-	failed  string // why nothing more is written (the directory could not be made)
-	written int64
-	files   map[string]*incoming
-	order   []string
-	notes   []string
-	excess  int // parts of files past wire.MaxDeliveredFiles, dropped
+	mu       sync.Mutex
+	done     bool // Finish or Abort has run
+	reserved bool // the folder's ledger holds room for the run (Folder.Admit)
+	root     *os.Root
+	failed   string // why nothing more is written (the directory could not be made)
+	cost     int64  // what the directory is predicted to cost (Options.MaxBytes)
+	entries  int64  // its entries, itself included
+	files    map[string]*incoming
+	order    []string
+	notes    []string
+	excess   int // parts of files past wire.MaxDeliveredFiles, dropped
 }
 
 // incoming is a file being written.
@@ -84,16 +74,22 @@ type incoming struct {
 }
 
 // New is the directory <parent>/<runID> for a run's files; nothing is
-// made until the first file arrives.
+// made until the first file arrives. It keeps no ledger: a folder with a
+// bound admits its runs with Folder.Admit.
 func New(parent, runID string, opts Options) *Dir {
 	if opts.MaxBytes <= 0 {
-		opts.MaxBytes = wire.DefaultTmpBytes
+		opts.MaxBytes = MaxRunCost
 	}
-	return &Dir{path: filepath.Join(parent, runID), opts: opts, files: map[string]*incoming{}}
+	// The directory is counted from the start: it is the first thing made.
+	return &Dir{path: filepath.Join(parent, runID), opts: opts, files: map[string]*incoming{},
+		cost: runDirCost, entries: 1}
 }
 
 // Path is the run's directory.
 func (d *Dir) Path() string { return d.path }
+
+// Room is what the run may write there, by the measure of Options.MaxBytes.
+func (d *Dir) Room() int64 { return d.opts.MaxBytes }
 
 // Chunk writes part of a delivered file. Parts of a file come in order;
 // anything else marks the file as not kept. After Finish or Abort it does
@@ -114,14 +110,15 @@ func (d *Dir) Chunk(c *wire.OutputChunk) {
 		d.files[c.Name] = in
 		d.order = append(d.order, c.Name)
 	}
+	grow := blocks(in.n+int64(len(c.Data))) - blocks(in.n)
 	switch {
 	case in.failed != "":
 		return
 	case c.Offset != in.n:
 		in.fail(fmt.Sprintf("a part came at byte %d, after %d bytes", c.Offset, in.n))
 		return
-	case d.written+int64(len(c.Data)) > d.opts.MaxBytes:
-		in.fail(fmt.Sprintf("over the %d bytes one run may write here", d.opts.MaxBytes))
+	case d.cost+grow > d.opts.MaxBytes:
+		in.fail(d.overBytes())
 		return
 	}
 	if _, err := in.f.Write(c.Data); err != nil {
@@ -130,7 +127,12 @@ func (d *Dir) Chunk(c *wire.OutputChunk) {
 	}
 	in.h.Write(c.Data)
 	in.n += int64(len(c.Data))
-	d.written += int64(len(c.Data))
+	d.cost += grow
+}
+
+// overBytes says why a file is not written when the run's room is spent.
+func (d *Dir) overBytes() string {
+	return fmt.Sprintf("over the %d bytes one run may write here (as du counts them, and %d for each file)", d.opts.MaxBytes, EntryCost)
 }
 
 // open starts the i-th file of the run under its temporary name, or says
@@ -146,6 +148,10 @@ func (d *Dir) open(name string, i int) *incoming {
 		// Lower case: on a filesystem that ignores case the name would
 		// still be a temporary one's.
 		in.failed = "its name is one PyBox gives files while they are written"
+	case d.cost+EntryCost > d.opts.MaxBytes:
+		in.failed = d.overBytes()
+	case d.opts.MaxEntries > 0 && d.entries >= d.opts.MaxEntries:
+		in.failed = fmt.Sprintf("over the %d files the output folder has room for", d.opts.MaxEntries-1)
 	case !d.made():
 		in.failed = d.failed
 	}
@@ -159,7 +165,18 @@ func (d *Dir) open(name string, i int) *incoming {
 		return in
 	}
 	in.tmp, in.f = tmp, f
+	d.cost += EntryCost
+	d.entries++
 	return in
+}
+
+// makeDir makes the run's directory now (Folder.Admit does, under the
+// folder's lock, so that its ledger knows the change is PyBox's).
+func (d *Dir) makeDir() error {
+	if !d.made() {
+		return errors.New(d.failed)
+	}
+	return nil
 }
 
 // made makes the run's directory once; it must be new.
@@ -301,9 +318,10 @@ func (d *Dir) Finish(delivered []wire.FileDigest) ([]Saved, []string) {
 			}
 		}
 		d.root.Close()
-		if len(saved) == 0 {
-			os.Remove(d.path) // an empty directory says nothing
-		}
+	}
+	// An empty directory says nothing: it is removed.
+	if err := d.close(len(saved) == 0); err != nil {
+		d.notes = append(d.notes, fmt.Sprintf("the output folder's ledger was not updated (%v): the room reserved for this run is held until it expires, %v after the run began", err, reservationLife))
 	}
 	slices.SortFunc(saved, func(a, b Saved) int { return strings.Compare(a.Name, b.Name) })
 	return saved, d.notes
@@ -343,30 +361,19 @@ func (d *Dir) Abort() {
 	}
 	if d.root != nil {
 		d.root.Close()
-		os.Remove(d.path)
 	}
+	d.close(true) // an error leaves the reservation to expire
 }
 
-// Used is what the output folder parent holds: the bytes of the regular
-// files in it and in its directories, at any depth, links not followed.
-// A parent that does not exist yet holds nothing.
-func Used(parent string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(parent, func(p string, d fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
-			fi, err := d.Info()
-			if err != nil {
-				return nil // gone since it was listed
-			}
-			total += fi.Size()
-		}
-		return nil
-	})
-	return total, err
+// close ends the run's part in the folder: its directory removed if
+// removeEmpty is set and it is empty, and its reservation, if it has
+// one, replaced by what the directory holds. d.mu must be held.
+func (d *Dir) close(removeEmpty bool) error {
+	if d.reserved {
+		return d.settle(removeEmpty)
+	}
+	if removeEmpty && d.root != nil {
+		os.Remove(d.path)
+	}
+	return nil
 }

@@ -113,17 +113,20 @@ func TestNeverOverwrites(t *testing.T) {
 // not list: none is kept.
 func TestBoundsAndOrder(t *testing.T) {
 	parent := t.TempDir()
-	d := New(parent, "r", Options{MaxBytes: 10})
-	d.Chunk(&wire.OutputChunk{Name: "big", Data: []byte("0123456789AB")})
+	// Room for the directory, four files' entries and two blocks: the
+	// three small files fit, big's eight blocks do not.
+	d := New(parent, "r", Options{MaxBytes: runDirCost + 4*EntryCost + 2*BlockSize})
+	big := make([]byte, 30000)
+	d.Chunk(&wire.OutputChunk{Name: "big", Data: big})
 	d.Chunk(&wire.OutputChunk{Name: "gap", Offset: 5, Data: []byte("x")})
 	d.Chunk(&wire.OutputChunk{Name: "extra", Data: []byte("e")})
 	d.Chunk(&wire.OutputChunk{Name: "fine", Data: []byte("ok")})
-	saved, notes := d.Finish([]wire.FileDigest{digest("big", []byte("0123456789AB")), digest("gap", []byte("x")), digest("fine", []byte("ok")), digest("lost", []byte("l"))})
+	saved, notes := d.Finish([]wire.FileDigest{digest("big", big), digest("gap", []byte("x")), digest("fine", []byte("ok")), digest("lost", []byte("l"))})
 	if len(saved) != 1 || saved[0].Name != "fine" {
 		t.Errorf("saved %+v", saved)
 	}
 	joined := strings.Join(notes, "\n")
-	for _, w := range []string{"big: over the 10 bytes", "gap: a part came at byte 5", "extra: the receipt does not list it", "lost: the receipt lists it, but it never came"} {
+	for _, w := range []string{fmt.Sprintf("big: over the %d bytes", runDirCost+4*EntryCost+2*BlockSize), "gap: a part came at byte 5", "extra: the receipt does not list it", "lost: the receipt lists it, but it never came"} {
 		if !strings.Contains(joined, w) {
 			t.Errorf("notes %q lack %q", notes, w)
 		}
@@ -255,19 +258,5 @@ func TestKeepNeverReplaces(t *testing.T) {
 	}
 	if got := names(t, filepath.Join(parent, "r")); !slices.Equal(got, []string{"a.txt"}) {
 		t.Errorf("the run's directory holds %q", got)
-	}
-}
-
-func TestUsed(t *testing.T) {
-	dir := t.TempDir()
-	if n, err := Used(filepath.Join(dir, "not-yet")); n != 0 || err != nil {
-		t.Errorf("a folder not made yet: %d %v", n, err)
-	}
-	os.MkdirAll(filepath.Join(dir, "run1", "sub"), 0o755)
-	os.WriteFile(filepath.Join(dir, "run1", "a"), make([]byte, 100), 0o644)
-	os.WriteFile(filepath.Join(dir, "run1", "sub", "b"), make([]byte, 20), 0o644)
-	os.Symlink("/usr/bin", filepath.Join(dir, "run1", "link")) // not followed
-	if n, err := Used(dir); n != 120 || err != nil {
-		t.Errorf("Used = %d %v, want 120", n, err)
 	}
 }
