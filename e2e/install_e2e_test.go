@@ -183,6 +183,11 @@ func TestInstallAsUser(t *testing.T) {
 		if strings.Contains(errOut, "warning") {
 			t.Errorf("vm status warns about the service's own VM:\n%s", errOut)
 		}
+		// An unprivileged user's QEMU is jailed in namespaces of its own:
+		// no root, no setuid helper.
+		if !strings.Contains(out, "qemu jail:      namespaces") {
+			t.Errorf("vm status, as a user, does not show QEMU in its namespaces jail:\n%s", out)
+		}
 		st := u.state()
 		if st == nil || st.SupervisorPid == 0 {
 			t.Fatalf("state %+v", st)

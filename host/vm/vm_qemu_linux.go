@@ -256,7 +256,7 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool, mode string) [
 		// host kernel refuse every write whatever QEMU asks for. A comma
 		// in the path is doubled, as QEMU's option syntax asks.
 		id := "data" + strconv.Itoa(i)
-		path := jail.Place(mode, d.Folder, "data", d.Name)
+		path := jail.Place(mode, d.hostPath(), "data", d.Name)
 		args = append(args,
 			"-fsdev", "local,id="+id+",path="+strings.ReplaceAll(path, ",", ",,")+",security_model=none,readonly=on",
 			"-device", "virtio-9p"+k.suffix+",fsdev="+id+",mount_tag="+DataTag(i))
@@ -427,6 +427,19 @@ func (d DataShare) stat() syscall.Stat_t {
 	return st
 }
 
+// hostPath is where the data folder the supervisor holds open is now: a
+// guest restarted after the folder was moved is given the same folder
+// (whose path calls then say has moved) rather than none. The jail
+// checks it is the same directory, by device and inode.
+func (d DataShare) hostPath() string {
+	if d.Dir != nil {
+		if p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(d.Dir.Fd()))); err == nil && filepath.IsAbs(p) && !strings.HasSuffix(p, " (deleted)") {
+			return p
+		}
+	}
+	return d.Folder
+}
+
 // listenGuest makes the listening socket of the guest channel at path,
 // and returns it as a file QEMU can inherit.
 func listenGuest(path string) (*os.File, error) {
@@ -488,7 +501,7 @@ func (r qemuRun) jailed(cfg Config, mode string, devices []string, io stdio) lau
 		spec.Files = append(spec.Files, jail.File{Host: im.Path, Jail: jail.Place(mode, im.Path, "images", im.Name)})
 	}
 	for _, d := range cfg.Data {
-		spec.Folders = append(spec.Folders, jail.Folder{Host: d.Folder, Jail: jail.Place(mode, d.Folder, "data", d.Name), Dev: d.dev(), Ino: d.ino()})
+		spec.Folders = append(spec.Folders, jail.Folder{Host: d.hostPath(), Jail: jail.Place(mode, d.hostPath(), "data", d.Name), Dev: d.dev(), Ino: d.ino()})
 	}
 	c := &jail.Cmd{Spec: spec, Helper: jail.Helper(), Stdin: io.in, Stdout: io.out, Stderr: io.err, Listener: r.listener}
 	return jailCmd{c}

@@ -334,3 +334,29 @@ func TestQEMUArgsArm64(t *testing.T) {
 		t.Error("an x86_64 guest on virt passed the check")
 	}
 }
+
+// A guest restarted after its data folder was moved is given the folder
+// the supervisor holds, where it is now; without a handle, the path the
+// user named.
+func TestDataShareHostPath(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "sales")
+	os.Mkdir(dir, 0o755)
+	d := DataShare{Name: "sales", Folder: dir}
+	if got := d.hostPath(); got != dir {
+		t.Errorf("without a handle: %q", got)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d.Dir = f
+	os.Rename(dir, dir+".moved")
+	if got := d.hostPath(); got != dir+".moved" {
+		t.Errorf("after a move: %q, want %q", got, dir+".moved")
+	}
+	if d.ino() == 0 {
+		t.Error("no inode from the handle")
+	}
+}
