@@ -9,13 +9,10 @@ package e2e
 // relay part does), so what loads the machine loads both alike.
 
 import (
-	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 func benchJail(b *testing.B, r *benchReport, k benchKnobs) {
@@ -50,40 +47,19 @@ func benchJail(b *testing.B, r *benchReport, k benchKnobs) {
 	for _, s := range sides {
 		start(s)
 		defer s.e.pybox("vm", "stop")
-		s.m = &mcpSession{b: b, e: s.e, images: "stdlib"}
-		defer func() {
-			if s.m.cs != nil {
-				s.m.cs.Close()
-			}
-		}()
-		pingTimes(b, s, 3) // the first ones pay for the connection
-		s.m.call(map[string]any{"code": benchTrivial, "timeout_s": 10})
+		defer s.open(b)()
 	}
 	pings := map[string][]float64{}
 	call := map[string][]float64{}
-	for i := 0; i < k.Runs; i++ {
-		for j := range sides {
-			s := sides[(i+j)%len(sides)]
-			time.Sleep(2 * time.Second)
-			pings[s.name] = append(pings[s.name], pingTimes(b, s, 10)...)
-			d, _ := s.m.call(map[string]any{"code": benchTrivial, "timeout_s": 10})
-			call[s.name] = append(call[s.name], d)
-		}
-	}
+	inTurns(k.Runs, sides, func(s *relaySide) {
+		pings[s.name] = append(pings[s.name], pingTimes(b, s, 10)...)
+		d, _ := s.m.call(map[string]any{"code": benchTrivial, "timeout_s": 10})
+		call[s.name] = append(call[s.name], d)
+	})
 	for _, s := range sides {
 		r.add(newFigure("jail", "boot to hello, "+s.name, "ms", boot[s.name], "stdlib and a data folder, 1 vCPU, 512 MiB, the boots alternating"))
 		r.add(newFigure("jail", "ping round trip, "+s.name, "ms", pings[s.name], "one client connection, 10 pings per turn"))
 		r.add(newFigure("jail", "print(1) via pybox mcp, warm box, "+s.name, "ms", call[s.name], "tools/call round trip, Go SDK client"))
 	}
-	j, u := sides[0].name, sides[1].name
-	for _, f := range []struct {
-		what    string
-		samples map[string][]float64
-	}{{"boot to hello", boot}, {"ping round trip", pings}, {"print(1) via pybox mcp", call}} {
-		if um := median(f.samples[u]); um > 0 {
-			jm := median(f.samples[j])
-			r.Notes = append(r.Notes, fmt.Sprintf("QEMU jailed against unjailed: %s %.2f× (medians %s vs %s ms, side by side).",
-				f.what, math.Round(jm/um*100)/100, num(jm), num(um)))
-		}
-	}
+	ratioNotes(r, "QEMU jailed against unjailed", sides, []sideFigure{{"boot to hello", boot}, {"ping round trip", pings}, {"print(1) via pybox mcp", call}})
 }

@@ -87,34 +87,20 @@ func benchRelay(b *testing.B, r *benchReport, k benchKnobs) {
 	for _, s := range sides {
 		s.e.mustStart("--images", "stdlib")
 		defer s.e.pybox("vm", "stop")
-		s.m = &mcpSession{b: b, e: s.e, images: "stdlib"}
-		defer func() {
-			if s.m.cs != nil {
-				s.m.cs.Close()
-			}
-		}()
-		pingTimes(b, s, 3) // the first ones pay for the connection
-		s.m.call(map[string]any{"code": benchTrivial, "timeout_s": 10})
+		defer s.open(b)()
 	}
 	ping := map[string][]float64{}
 	call := map[string][]float64{}
 	host := map[string][]float64{}
 	ids := map[string][]string{}
 	callMS := map[string]float64{}
-	for i := 0; i < k.Runs; i++ {
-		// A side's warm box is made again after its call, which loads the
-		// machine: each side is measured after a pause that lets both be
-		// ready, and the sides take turns at going first.
-		for j := range sides {
-			s := sides[(i+j)%len(sides)]
-			time.Sleep(2 * time.Second)
-			ping[s.name] = append(ping[s.name], pingTimes(b, s, 10)...)
-			d, rc := s.m.call(map[string]any{"code": benchTrivial, "timeout_s": 10})
-			call[s.name] = append(call[s.name], d)
-			ids[s.name] = append(ids[s.name], rc.Execution.RunID)
-			callMS[rc.Execution.RunID] = d
-		}
-	}
+	inTurns(k.Runs, sides, func(s *relaySide) {
+		ping[s.name] = append(ping[s.name], pingTimes(b, s, 10)...)
+		d, rc := s.m.call(map[string]any{"code": benchTrivial, "timeout_s": 10})
+		call[s.name] = append(call[s.name], d)
+		ids[s.name] = append(ids[s.name], rc.Execution.RunID)
+		callMS[rc.Execution.RunID] = d
+	})
 	// What the host adds: the call's round trip less the guest's own
 	// time for it, request to receipt, as its agent logged it.
 	for _, s := range sides {
@@ -133,15 +119,48 @@ func benchRelay(b *testing.B, r *benchReport, k benchKnobs) {
 		r.add(newFigure("relay", "print(1) via pybox mcp, warm box, "+s.name, "ms", call[s.name], "tools/call round trip, Go SDK client"))
 		r.add(newFigure("relay", "print(1) via pybox mcp − the guest's time for the run, "+s.name, "ms", host[s.name], "pybox mcp, the client, the relay and the channel: the box's phases, as the agent logs them, taken out"))
 	}
+	ratioNotes(r, "The relay against the code before it ("+commit+")", sides, []sideFigure{{"ping round trip", ping}, {"print(1) via pybox mcp", call}, {"print(1) on the host's side", host}})
+}
+
+// open starts s's MCP session and warms both ways in (the first ping and
+// call pay for the connection); the returned func closes the session.
+func (s *relaySide) open(b *testing.B) func() {
+	s.m = &mcpSession{b: b, e: s.e, images: "stdlib"}
+	pingTimes(b, s, 3)
+	s.m.call(map[string]any{"code": benchTrivial, "timeout_s": 10})
+	return func() {
+		if s.m.cs != nil {
+			s.m.cs.Close()
+		}
+	}
+}
+
+// inTurns measures each side runs times. A side's warm box is made again
+// after its call, which loads the machine: each side is measured after a
+// pause that lets both be ready, and the sides take turns at going first.
+func inTurns(runs int, sides []*relaySide, measure func(*relaySide)) {
+	for i := 0; i < runs; i++ {
+		for j := range sides {
+			time.Sleep(2 * time.Second)
+			measure(sides[(i+j)%len(sides)])
+		}
+	}
+}
+
+// sideFigure is one figure measured on every side, by side name.
+type sideFigure struct {
+	what    string
+	samples map[string][]float64
+}
+
+// ratioNotes notes the first side's median against the second's for
+// each figure.
+func ratioNotes(r *benchReport, title string, sides []*relaySide, figures []sideFigure) {
 	n, o := sides[0].name, sides[1].name
-	for _, f := range []struct {
-		what    string
-		samples map[string][]float64
-	}{{"ping round trip", ping}, {"print(1) via pybox mcp", call}, {"print(1) on the host's side", host}} {
-		if bm := median(f.samples[o]); bm > 0 {
+	for _, f := range figures {
+		if om := median(f.samples[o]); om > 0 {
 			nm := median(f.samples[n])
-			r.Notes = append(r.Notes, fmt.Sprintf("The relay against the code before it (%s): %s %.2f× (medians %s vs %s ms, side by side).",
-				commit, f.what, math.Round(nm/bm*100)/100, num(nm), num(bm)))
+			r.Notes = append(r.Notes, fmt.Sprintf("%s: %s %.2f× (medians %s vs %s ms, side by side).", title, f.what, math.Round(nm/om*100)/100, num(nm), num(om)))
 		}
 	}
 }
