@@ -363,8 +363,12 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 		m.Jail = describeJail(mode, notes, failed)
 		return m, nil
 	}
-	return nil, fmt.Errorf("vm: QEMU could not be started jailed (%s): a guest taken over could then reach your files: "+
-		"see `pybox vm start --help` (--qemu-jail)", strings.Join(failed, "; "))
+	if len(cfg.Data) == 0 {
+		return nil, fmt.Errorf("vm: QEMU did not start, jailed or not: %s", strings.Join(failed, "; "))
+	}
+	return nil, fmt.Errorf("vm: QEMU cannot be jailed here (%s), and a data folder is shared only with a jailed QEMU: "+
+		"start without --data, or with --qemu-jail none to share them with a QEMU that has all of your authority (docs/troubleshooting.md says what the jail needs)",
+		strings.Join(append(failed, notes...), "; "))
 }
 
 // jailModes are the jails Start tries, in order, for cfg.Jail, with why
