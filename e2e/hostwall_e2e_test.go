@@ -559,6 +559,10 @@ func TestHostWallSupervisorKilled(t *testing.T) {
 				t.Logf("QEMU (pid %d) is not a descendant of the supervisor (pid %d): %v", st.QEMUPid, st.SupervisorPid, family)
 			}
 			family[st.QEMUPid] = qemuStart
+			// The supervisor itself takes a moment to die too: waited for
+			// with the rest, so that the check of the home below sees what
+			// is left, not what is still exiting.
+			family[st.SupervisorPid] = procStartTime(st.SupervisorPid)
 			if err := syscall.Kill(st.SupervisorPid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -585,6 +589,11 @@ func TestHostWallSupervisorKilled(t *testing.T) {
 			}
 			// Catches: anything else started for this home left behind.
 			if pids := e.processes(); len(pids) > 0 {
+				for _, p := range pids {
+					b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+					c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+					t.Logf("left: %d %q\n%s", p, c, b)
+				}
 				t.Errorf("processes of this home left running: %v", pids)
 			}
 		})
@@ -832,4 +841,58 @@ func TestHostWallFolderSwapped(t *testing.T) {
 		}
 		check(t)
 	})
+}
+
+// TestHostWallNoJailPossible: where no jail can be built (here: pybox run
+// inside a user namespace whose limit of further user namespaces is 0,
+// as on a system that allows none), a VM with a data folder is refused,
+// saying why and both ways on; one without starts unjailed, and says so
+// loudly, in vm start and in vm status.
+func TestHostWallNoJailPossible(t *testing.T) {
+	needs.Root(t, "lowering user.max_user_namespaces inside a user namespace of the test's own")
+	if _, err := exec.LookPath("unshare"); err != nil {
+		needs.Unavailable(t, "no unshare (util-linux): run `make deps`")
+	}
+	e := newVMEnv(t)
+	linkImages(t, e, "stdlib")
+	dir := openTempDir(t)
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
+	// noUserns runs pybox with args where no user namespace can be made.
+	noUserns := func(args ...string) (string, string, int) {
+		cmd := exec.Command("unshare", append([]string{"-U", "-r", "--", "sh", "-c",
+			`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" "$@"`, e.bin}, args...)...)
+		cmd.Env = e.env
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+	}
+	start := []string{"vm", "start", "--accel", "tcg", "--cpus", "1", "--memory", "512", "--images", "stdlib"}
+
+	out, errOut, code := noUserns(append(start, "--data", "d="+dir)...)
+	// Catches: a data folder given to an unjailed QEMU without the user
+	// saying so, or a refusal that does not say what to do.
+	if code == 0 || !strings.Contains(errOut, "cannot be jailed here") || !strings.Contains(errOut, "without --data") || !strings.Contains(errOut, "--qemu-jail none") {
+		t.Errorf("vm start --data where no jail can be built: exit %d\n%s%s", code, out, errOut)
+	}
+	e.expectGone()
+
+	out, errOut, code = noUserns(start...)
+	// Catches: a silent fallback to no jail.
+	if code != 0 || !strings.Contains(errOut, "warning: QEMU is not jailed") {
+		t.Fatalf("vm start without data folders where no jail can be built: exit %d\n%s%s", code, out, errOut)
+	}
+	if j := jailState(t, e); !strings.HasPrefix(j, "none: QEMU could not be jailed here") {
+		t.Errorf("state.json's jail: %q", j)
+	}
+	status, _, _ := e.pybox("vm", "status")
+	if !strings.Contains(status, "qemu jail:      none:") {
+		t.Errorf("vm status does not say QEMU runs unjailed:\n%s", status)
+	}
+	e.pybox("vm", "stop")
+	e.expectGone()
 }

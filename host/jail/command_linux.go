@@ -100,7 +100,10 @@ func (c *Cmd) Start() error {
 	cmd.ExtraFiles = []*os.File{listener, specR, statusW, lifeR}
 	cmd.SysProcAttr = sysProcAttr(c.Spec.Mode)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("jail: %s: %w%s", c.Spec.Mode, err, cloneHint(err))
+		if noUserNamespace(err) {
+			return fmt.Errorf("%w (%v)", ErrNoUserNamespace, err)
+		}
+		return fmt.Errorf("jail: %s: %w", c.Spec.Mode, err)
 	}
 	// Only the helper writes the status now: EOF once it has exec'd the
 	// program (the pipe is close-on-exec there) or exited.
@@ -148,12 +151,15 @@ func sysProcAttr(mode string) *syscall.SysProcAttr {
 	}
 }
 
-// cloneHint says what may stop a user namespace from being made.
-func cloneHint(err error) string {
-	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EACCES) {
-		return " (this system does not let you create a user namespace: see kernel.unprivileged_userns_clone and user.max_user_namespaces)"
-	}
-	return ""
+// ErrNoUserNamespace is a system that lets this user create no user
+// namespace, which every jail needs.
+var ErrNoUserNamespace = errors.New("jail: this system lets you create no user namespace, and every jail needs one " +
+	"(see the sysctls kernel.unprivileged_userns_clone and user.max_user_namespaces)")
+
+// noUserNamespace says whether the helper's clone failed for want of a
+// user namespace: refused (EPERM, EACCES) or over the limit (ENOSPC).
+func noUserNamespace(err error) bool {
+	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EACCES)
 }
 
 func removeFile(fs []*os.File, f *os.File) []*os.File {

@@ -340,6 +340,7 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 		defer listener.Close()
 	}
 	var failed []string
+	noUserns := false
 	for _, mode := range modes {
 		run := qemuRun{qemu: qemu, args: qemuArgs(cfg, a.Accel, tsc, sandbox, mode), listener: listener}
 		var launch func(stdio) launcher
@@ -348,11 +349,15 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 		} else {
 			launch = func(io stdio) launcher { return run.jailed(cfg, mode, devices, io) }
 		}
+		if noUserns && mode != jail.None {
+			continue // every jail needs one; the error says so once
+		}
 		m, err := startQEMU(launch, cfg, a, stderr)
 		if err != nil {
 			if len(modes) == 1 {
 				return nil, fmt.Errorf("vm: %w", err)
 			}
+			noUserns = errors.Is(err, jail.ErrNoUserNamespace)
 			failed = append(failed, err.Error())
 			continue
 		}
