@@ -2,7 +2,7 @@ package mcp
 
 // What the agent CLIs send `pybox mcp`, as recorded from Claude Code
 // 2.1.332, Codex CLI 0.171.0 and Gemini CLI 0.61.0, replayed without
-// them. The CLIs themselves run in cmd/pybox's end-to-end tests.
+// them. The CLIs themselves run in the end-to-end tests.
 
 import (
 	"encoding/json"
@@ -11,28 +11,32 @@ import (
 	"time"
 )
 
-// Each CLI's first messages: Claude Code probes with server/discover (a
-// later protocol's method) before it initializes; Codex and Gemini CLI
-// offer 2025-06-18; all put fields of their own in _meta.
+// claudeMeta is the _meta Claude Code 2.1.332 puts in every request
+// under MCP 2026-07-28.
+const claudeMeta = `"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"claude-code","title":"Claude Code",` +
+	`"version":"2.1.332","description":"Anthropic's agentic coding tool","websiteUrl":"https://claude.com/claude-code"},` +
+	`"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true},"elicitation":{"form":{},"url":{}}}`
+
+// Each CLI's messages: Claude Code asks server/discover and, offered
+// 2026-07-28, speaks it (no initialize; its version, client and
+// capabilities in every request's _meta); Codex and Gemini CLI
+// initialize with 2025-06-18; all put fields of their own in _meta.
 func TestClientHandshakes(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		probe string // sent before initialize; must get an error, not end the session
-		init  string
-		want  string // the version negotiated
-		list  string
-		call  string
+		name     string
+		discover string // server/discover, for a client of 2026-07-28
+		init     string // initialize, for a client of an earlier version
+		want     string // the version negotiated
+		list     string
+		call     string
 	}{
 		{
-			name: "Claude Code",
-			probe: `{"jsonrpc":"2.0","id":"server-discover-probe-1","method":"server/discover","params":{"_meta":{` +
-				`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"claude-code","version":"2.1.332"},` +
-				`"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}}}}}`,
-			init: `{"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{"listChanged":true},"elicitation":{"form":{},"url":{}}},` +
-				`"clientInfo":{"name":"claude-code","title":"Claude Code","version":"2.1.332","description":"Anthropic's agentic coding tool","websiteUrl":"https://claude.com/claude-code"}},"jsonrpc":"2.0","id":0}`,
-			want: "2025-11-25",
-			list: `{"method":"tools/list","jsonrpc":"2.0","id":1}`,
-			call: `{"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(1)"},"_meta":{"claudecode/toolUseId":"toolu_1","progressToken":2}},"jsonrpc":"2.0","id":2}`,
+			name:     "Claude Code",
+			discover: `{"jsonrpc":"2.0","id":"server-discover-probe-1","method":"server/discover","params":{"_meta":{` + claudeMeta + `}}}`,
+			want:     "2026-07-28",
+			list:     `{"method":"tools/list","jsonrpc":"2.0","id":1,"params":{"_meta":{` + claudeMeta + `}}}`,
+			call: `{"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(1)"},"_meta":{` + claudeMeta +
+				`,"claudecode/toolUseId":"toolu_1","progressToken":2}},"jsonrpc":"2.0","id":2}`,
 		},
 		{
 			name: "Codex CLI",
@@ -55,28 +59,40 @@ func TestClientHandshakes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := startSession(t, DefaultOptions(), newFakeVM(), testLimits())
 			r := s.raw(false)
-			if c.probe != "" {
-				r.send(c.probe)
-				if m := r.reply("server-discover-probe-1"); m.Error == nil {
-					t.Errorf("server/discover answered with a result: %s", m.line)
+			if c.discover != "" {
+				r.send(c.discover)
+				var d struct {
+					SupportedVersions []string `json:"supportedVersions"`
+					TTLMs             int      `json:"ttlMs"`
 				}
+				if m := r.reply("server-discover-probe-1"); m.Error != nil || json.Unmarshal(m.Result, &d) != nil || len(d.SupportedVersions) == 0 ||
+					d.SupportedVersions[0] != c.want || d.TTLMs != listTTL {
+					t.Errorf("server/discover: %s", m.line)
+				}
+			} else {
+				r.send(c.init)
+				var init struct {
+					ProtocolVersion string `json:"protocolVersion"`
+				}
+				json.Unmarshal(r.reply("0").Result, &init)
+				if init.ProtocolVersion != c.want {
+					t.Errorf("negotiated %q, want %q", init.ProtocolVersion, c.want)
+				}
+				r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 			}
-			r.send(c.init)
-			var init struct {
-				ProtocolVersion string `json:"protocolVersion"`
-			}
-			json.Unmarshal(r.reply("0").Result, &init)
-			if init.ProtocolVersion != c.want {
-				t.Errorf("negotiated %q, want %q", init.ProtocolVersion, c.want)
-			}
-			r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 			r.send(c.list)
 			if m := r.reply("1"); m.Error != nil || !strings.Contains(string(m.Result), `"name":"run_python"`) {
 				t.Errorf("tools/list: %s", m.line)
 			}
 			r.send(c.call)
-			if d := toolResult(t, r.reply("2")); d.isError || d.exec.Capture.Stdout != "print(1)" {
+			m := r.reply("2")
+			if d := toolResult(t, m); d.isError || d.exec.Capture.Stdout != "print(1)" {
 				t.Errorf("tools/call: %+v %s", d.doc.Error, d.doc.Execution)
+			}
+			// The result is the same under every version but for the
+			// field 2026-07-28 adds to every result.
+			if modern := c.want >= newestVersion; strings.Contains(string(m.Result), `"resultType":"complete"`) != modern {
+				t.Errorf("a result of %s, with resultType %v: %.300s", c.want, !modern, m.Result)
 			}
 		})
 	}

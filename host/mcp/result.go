@@ -11,6 +11,7 @@ import (
 
 	"pybox/host/escape"
 	"pybox/host/outdir"
+	"pybox/host/version"
 	"pybox/shared/wire"
 )
 
@@ -57,7 +58,26 @@ type document struct {
 	// images follow the text in the result's content: returned files
 	// that are pictures (see showPictures). They are not part of the JSON.
 	images []*sdk.ImageContent
+	// wire is what the protocol of the call adds to the result.
+	wire wireExtras
 }
+
+// wireExtras are what MCP 2026-07-28 adds to a result as it goes out:
+// the server's identity in its _meta (set here, so that it is measured
+// with the rest; the SDK adds it where it is missing) and
+// "resultType":"complete" (which only the SDK can set: counted here).
+// The result is otherwise the same under every version.
+type wireExtras struct {
+	serverInfo *sdk.Implementation
+	resultType bool
+}
+
+// resultTypeBytes is the size of the resultType member the SDK adds.
+const resultTypeBytes = len(`,"resultType":"complete"`)
+
+// serverInfo is the server's identity, in the initialize result and
+// server/discover, and in every result of 2026-07-28.
+var serverInfo = &sdk.Implementation{Name: "pybox", Title: "PyBox", Version: version.Version}
 
 type callError struct {
 	Code    string `json:"code"`
@@ -163,11 +183,18 @@ func (d *document) encode() (res *sdk.CallToolResult, receiptBytes, resultBytes 
 		StructuredContent: json.RawMessage(doc),
 		IsError:           d.isError(),
 	}
+	if d.wire.serverInfo != nil {
+		res.Meta = sdk.Meta{sdk.MetaKeyServerInfo: d.wire.serverInfo}
+	}
 	all, err := json.Marshal(res)
 	if err != nil {
 		panic("mcp: a result that cannot be encoded: " + err.Error())
 	}
-	return res, len(exec), len(all)
+	resultBytes = len(all)
+	if d.wire.resultType {
+		resultBytes += resultTypeBytes
+	}
+	return res, len(exec), resultBytes
 }
 
 // encodeJSON encodes v as a result carries it: with no C1 control or

@@ -234,7 +234,7 @@ func (c *conn) admit(line []byte, calls *int) (jsonrpc.Message, []byte) {
 	if req.Method == methodToolsCall {
 		if *calls++; *calls > c.lim.MaxCalls {
 			c.logf("tools/call %d refused: the limit is %d a session", *calls, c.lim.MaxCalls)
-			return nil, callLimitLine(req.ID, c.lim.MaxCalls)
+			return nil, callLimitLine(req.ID, c.lim.MaxCalls, requestVersion(req.Params))
 		}
 	}
 	c.mu.Lock()
@@ -334,17 +334,42 @@ func errorLine(id any, code int, msg string) []byte {
 }
 
 // callLimitLine answers a tools/call over the session's limit with a tool
-// error, as the handler would: the agent sees it like any other refusal.
-func callLimitLine(id jsonrpc.ID, max int) []byte {
-	res := shape(refused(codeSessionLimit, fmt.Sprintf(
-		"this session has made %d run_python calls, its limit; nothing ran: start a new session (reconnect the server) to run more", max)))
+// error, as the handler would: the agent sees it like any other refusal,
+// under the request's version (see requestVersion).
+func callLimitLine(id jsonrpc.ID, max int, version string) []byte {
+	modern := version >= newestVersion
+	var w wireExtras
+	if modern {
+		w = wireExtras{serverInfo: serverInfo, resultType: true}
+	}
+	res := shapeFor(refused(codeSessionLimit, fmt.Sprintf(
+		"this connection has made %d run_python calls, its limit; nothing ran: reconnect the server (start a new session) to run more", max)), w)
 	raw, err := json.Marshal(res)
 	if err != nil {
 		return errorLine(id.Raw(), codeInternalError, "session limit reached")
+	}
+	if modern {
+		// As the SDK writes every complete result under 2026-07-28; the
+		// SDK's own setter is not exported.
+		raw = append(raw[:len(raw)-1], `,"resultType":"complete"}`...)
 	}
 	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Result: raw})
 	if err != nil {
 		return errorLine(id.Raw(), codeInternalError, "session limit reached")
 	}
 	return append(data, '\n')
+}
+
+// requestVersion is the protocol version a request names in its _meta
+// (MCP 2026-07-28 and later name it in every request), or "" for a
+// request of a client that initialized.
+func requestVersion(params json.RawMessage) string {
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	var v string
+	if json.Unmarshal(params, &p) == nil {
+		json.Unmarshal(p.Meta[sdk.MetaKeyProtocolVersion], &v)
+	}
+	return v
 }

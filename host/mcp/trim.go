@@ -35,8 +35,13 @@ const (
 // receipt and 256 KiB of response. It is a pure function. Whatever it gets,
 // the result fits and still carries the cleanup status: when nothing else
 // fits, an error result with the run's essentials.
-func shape(o outcome) *sdk.CallToolResult {
+func shape(o outcome) *sdk.CallToolResult { return shapeFor(o, wireExtras{}) }
+
+// shapeFor is shape for a call whose protocol adds w to the result: it
+// counts in response_bytes and in the limit.
+func shapeFor(o outcome, w wireExtras) *sdk.CallToolResult {
 	t := newTrimmer(o)
+	t.doc.wire = w
 	t.trim()
 	t.showPictures()
 	return t.finish()
