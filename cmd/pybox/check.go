@@ -21,13 +21,17 @@ func init() {
 func checkMain(args []string) int {
 	fs := flags("check", "[--images LIST] [--max-timeout S] [--data NAMES] [--output-dir DIR] [--json] [-v] [--vm-down] [--server CMD...]", `
 Start `+"`pybox mcp`"+` with the options given and check it through an MCP
-client, as an agent would: the handshake, the tool's schema, a run in each
-image, each data folder read-only (--data), a file landing in the output
-folder (--output-dir), files in and out, a PNG chart back as a file and as an image,
-refused arguments, output that tries to forge a protocol message, busy,
-cancel, timeout, trimming, a message over 512 KiB and the memory reading. Each check prints one line: PASS, or FAIL with
-what was expected, what came back and a hint. The VM must be running
-(pybox vm start) with every image in --images.
+client, as an agent would. The checks speak MCP 2026-07-28, the newest
+revision (server/discover, no handshake), except one that opens a second
+session at 2025-11-25 (the initialize handshake, the tool list and a run).
+They cover the tool's schema and cache hint, a run in each image, each data
+folder read-only (--data), a file landing in the output folder
+(--output-dir), files in and out, a PNG chart back as a file and as an
+image, refused arguments, output that tries to forge a protocol message,
+busy, cancel, timeout, trimming, a message over 512 KiB and the memory
+reading. Each check prints one line: PASS, or FAIL with what was expected,
+what came back and a hint. The VM must be running (pybox vm start) with
+every image in --images.
 Exit status: 0 when every check passes, 1 when one fails.
 
 --server runs the checks against another stdio MCP server: everything

@@ -94,10 +94,12 @@ func Run(ctx context.Context, o Options, report func(Result)) (passed, failed in
 }
 
 // plan lists the checks in the order they run. They share the session
-// (and the stdlib run) where they can; the order keeps the busy and
-// cancel checks together, since they share one long run.
+// at the newest revision (and the stdlib run) where they can; the order
+// keeps the busy and cancel checks together, since they share one long
+// run.
 func (r *runner) plan() []step {
 	steps := []step{
+		{"discover", r.checkDiscover},
 		{"initialize", r.checkInitialize},
 		{"tools-list", r.checkToolsList},
 		{"stdlib-run", r.checkStdlibRun},
@@ -135,12 +137,13 @@ func (r *runner) plan() []step {
 // runner holds what the checks share.
 type runner struct {
 	o        Options
-	main     *server      // the shared session
-	startErr error        // why the shared session could not start
-	restarts int          // sessions started after the first died
-	servers  []*server    // every server started, for the stdout check
-	hello    *toolResult  // the stdlib run, which memory-final and an image check read too
-	long     *pendingCall // the long run busy starts and cancel cancels
+	main     *server              // the shared session, at newestProtocol
+	startErr error                // why the shared session could not start
+	restarts int                  // sessions started after the first died
+	servers  []*server            // every server started, for the stdout check
+	tools    *mcp.ListToolsResult // the shared session's tool list, once read
+	hello    *toolResult          // the stdlib run, which memory-final and an image check read too
+	long     *pendingCall         // the long run busy starts and cancel cancels
 }
 
 func newRunner(o Options) *runner {
@@ -182,7 +185,7 @@ func (r *runner) session(ctx context.Context) (*server, error) {
 		r.restarts++
 		r.logf("the server's session ended (%s); starting another", r.main.lastWords())
 	}
-	s, err := r.start(ctx, r.o.Env)
+	s, err := r.start(ctx, r.o.Env, newestProtocol)
 	r.main = s
 	if err != nil {
 		r.startErr = err
@@ -191,16 +194,17 @@ func (r *runner) session(ctx context.Context) (*server, error) {
 	return s, nil
 }
 
-var errNotStarted = errors.New("the server did not start (see initialize)")
+var errNotStarted = errors.New("the server did not start (see discover)")
 
-// start starts one server process and its session. Once the shared
-// session could not start, no other server is tried.
-func (r *runner) start(ctx context.Context, env []string) (*server, error) {
+// start starts one server process and its session at MCP revision
+// protocol. Once the shared session could not start, no other server is
+// tried.
+func (r *runner) start(ctx context.Context, env []string, protocol string) (*server, error) {
 	if r.startErr != nil {
 		return nil, errNotStarted
 	}
-	r.logf("starting %s", strings.Join(r.o.Server, " "))
-	s, err := startServer(ctx, r.o.Server, env, r.o.Patience, r.o.Logf)
+	r.logf("starting %s (MCP %s)", strings.Join(r.o.Server, " "), protocol)
+	s, err := startServer(ctx, r.o.Server, env, protocol, r.o.Patience, r.o.Logf)
 	r.servers = append(r.servers, s)
 	if err != nil {
 		return s, fmt.Errorf("%v; its stderr: %s", err, s.lastWords())

@@ -88,8 +88,12 @@ func TestEachCheckCatchesItsFlaw(t *testing.T) {
 		want []string
 	}{
 		{"", nil},
-		{"old-protocol", []string{"initialize"}},
+		{"old-protocol", []string{"discover", "initialize"}},
+		{"no-discover", []string{"discover"}},
+		{"older-schema", []string{"initialize"}},
+		{"older-differs", []string{"initialize"}},
 		{"schema", []string{"tools-list"}},
+		{"no-ttl", []string{"tools-list"}},
 		{"text-differs", []string{"stdlib-run"}},
 		{"memory-sampled", []string{"memory-final"}},
 		{"wrong-image", []string{"image:data"}},
@@ -139,11 +143,29 @@ func TestNoServer(t *testing.T) {
 	o := fakeOptions(t, "")
 	o.Server = []string{filepath.Join(t.TempDir(), "no-such-server")}
 	failed, results := runChecks(t, o)
-	if len(failed) != len(results) || len(results) != 19 {
+	if len(failed) != len(results) || len(results) != 20 {
 		t.Fatalf("%d results, %d failed: %q", len(results), len(failed), failed)
 	}
-	if !strings.Contains(results[0].Got, "cannot start") {
-		t.Errorf("initialize: %+v", results[0])
+	if !strings.Contains(results[0].Got, "cannot start") || !strings.Contains(results[1].Got, "did not start (see discover)") {
+		t.Errorf("discover: %+v\ninitialize: %+v", results[0], results[1])
+	}
+}
+
+// A server of the older revisions only fails discover, saying which
+// revision it speaks and what to do, and every other check runs on the
+// session it negotiated, and passes.
+func TestOlderServer(t *testing.T) {
+	failed, results := runChecks(t, fakeOptions(t, "no-discover"))
+	if len(results) != 20 || !slices.Equal(failed, []string{"discover"}) {
+		t.Fatalf("%d results, failed %q", len(results), failed)
+	}
+	d := results[0]
+	if d.Name != "discover" || !strings.Contains(d.Got, "2025-11-25") || !strings.Contains(d.Got, "server/discover") ||
+		!strings.Contains(d.Hint, "not 2026-07-28") || !strings.Contains(d.Hint, "update pybox") || !strings.Contains(d.Hint, "--server") {
+		t.Errorf("%+v", d)
+	}
+	if tl := results[2]; tl.Name != "tools-list" || !strings.Contains(tl.Detail, "no ttlMs under MCP 2025-11-25") {
+		t.Errorf("%+v", tl)
 	}
 }
 
@@ -161,6 +183,20 @@ func TestSchemaProblems(t *testing.T) {
 	p := schemaProblems(schema, o)
 	if len(p) != 3 || !strings.Contains(p[0], "additionalProperties is missing") || !strings.Contains(p[1], "maximum is 30") {
 		t.Errorf("%q", p)
+	}
+}
+
+func TestJSONDiff(t *testing.T) {
+	var a, b map[string]any
+	json.Unmarshal([]byte(`{"x":{"max":2,"enum":["a"]},"only_a":1,"same":true}`), &a)
+	json.Unmarshal([]byte(`{"x":{"max":1,"enum":["a"]},"only_b":null,"same":true}`), &b)
+	got := jsonDiff("", a, b)
+	want := []string{"only_a: 1, (none)", "x.max: 2, 1", "only_b: (none), null"}
+	if !slices.Equal(got, want) {
+		t.Errorf("%q, want %q", got, want)
+	}
+	if d := jsonDiff("", a, a); d != nil {
+		t.Errorf("a value and itself: %q", d)
 	}
 }
 

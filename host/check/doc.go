@@ -12,6 +12,10 @@
 // so that one defect fails one check and not every check after it.
 //
 // The checks share one server session and as few runs as they can, since
-// each run costs about a second under TCG; the few that must end a
-// session (a 600 KiB message, no VM) start their own server.
+// each run costs about a second under TCG. That session speaks MCP
+// 2026-07-28, the newest revision, as an up-to-date agent's client does
+// (server/discover, no handshake). The initialize check opens a second
+// session at 2025-11-25, for clients that still handshake, and closes it
+// when done; the few checks that must end a session (a 600 KiB message,
+// no VM) start their own server too.
 package check

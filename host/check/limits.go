@@ -169,7 +169,7 @@ func oversizeLine() []byte {
 
 func (r *runner) checkOversize(ctx context.Context) verdict {
 	const want = "a 600 KiB message to a fresh server is refused with a JSON-RPC error, before it is decoded, and the session ends cleanly (stdout closed, the server exits)"
-	s, err := r.start(ctx, r.o.Env)
+	s, err := r.start(ctx, r.o.Env, newestProtocol)
 	if err != nil {
 		return fail(want, "no session: "+err.Error(), hintStart)
 	}
@@ -219,7 +219,7 @@ func (r *runner) checkVMDown(ctx context.Context) verdict {
 		return fail(want, err.Error(), "the temporary directory is not writable: set TMPDIR")
 	}
 	defer os.RemoveAll(home)
-	s, err := r.start(ctx, withEnv(r.o.Env, "PYBOX_HOME", home))
+	s, err := r.start(ctx, withEnv(r.o.Env, "PYBOX_HOME", home), newestProtocol)
 	if err != nil {
 		return fail(want, "no session: "+err.Error(), hintStart)
 	}

@@ -36,6 +36,12 @@ func helloStdout() string {
 	return "hello from pybox check\n" + sha256Hex([]byte("pybox")) + "\n"
 }
 
+// olderGreeting is what the initialize check's run prints, in the
+// session at the older revision.
+const olderGreeting = "hello over MCP " + olderProtocol
+
+var olderProgram = program("older-revision", "print("+pyString(olderGreeting)+")\n")
+
 // imageProgram prints the Python version of an image.
 var imageProgram = program("image", `import sys
 print(sys.version.split()[0])

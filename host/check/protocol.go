@@ -8,11 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-)
+	"time"
 
-// minProtocol is the oldest MCP version PyBox promises to speak. Versions are
-// dates, so later ones sort after it.
-const minProtocol = "2025-11-25"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
 
 const toolName = "run_python"
 
@@ -25,56 +24,73 @@ const (
 
 const hintStart = "run the server command in a terminal to read its error (a bad option is refused at start-up); with --server, check the command"
 
-func (r *runner) checkInitialize(ctx context.Context) verdict {
-	const want = "the server starts and negotiates MCP " + minProtocol + " or newer, offering tools"
-	s, err := r.session(ctx)
-	if err != nil {
-		return fail(want, "no session: "+err.Error(), hintStart)
+func (r *runner) checkToolsList(ctx context.Context) verdict {
+	want := fmt.Sprintf("exactly one tool, %s, whose schema shows images %s, timeout_s at most %v, max_output_bytes 1–%d, files at most %d, code at most %d bytes, and no other property; under MCP %s, a positive ttlMs (the list is fixed while the server runs)",
+		toolName, strings.Join(r.o.Images, ","), r.o.MaxTimeout, maxOutputBytes, maxInputFiles, maxCodeBytes, newestProtocol)
+	list, v := r.toolList(ctx, want)
+	if v != nil {
+		return *v
 	}
-	init := s.cs.InitializeResult()
-	switch {
-	case init.ProtocolVersion < minProtocol:
-		return fail(want, "protocol version "+init.ProtocolVersion,
-			"this server speaks an older MCP: update pybox (or the --server command); PyBox implements "+minProtocol)
-	case init.Capabilities == nil || init.Capabilities.Tools == nil:
-		return fail(want, "no tools capability in the initialize result", "this is not a run_python server: check --server")
+	if got := toolNames(list); len(got) != 1 || got[0] != toolName {
+		return fail(want, fmt.Sprintf("tools %q", got), "this is not PyBox's server: check --server")
 	}
-	name := "a server with no name"
-	if init.ServerInfo != nil {
-		name = strings.TrimSpace(init.ServerInfo.Name + " " + init.ServerInfo.Version)
+	if problems := schemaProblems(toolSchema(list.Tools[0]), r.o); len(problems) > 0 {
+		return fail(want, strings.Join(problems, "; "),
+			"the server was started with other options than this check: give `pybox check` the same --images and --max-timeout as the server (`pybox mcp config` prints them as your client should have them)")
 	}
-	return pass("MCP %s with %s", init.ProtocolVersion, name)
+	cache := "no ttlMs under MCP " + r.main.version()
+	if r.main.version() >= newestProtocol {
+		if list.TTLMs <= 0 {
+			return fail(want, fmt.Sprintf("ttlMs %d under MCP %s", list.TTLMs, r.main.version()),
+				"the tool is fixed while the server runs, so its list may be cached: without a positive ttlMs a client must take it as stale at once and ask again; a bug in the server")
+		}
+		cache = fmt.Sprintf("ttlMs %d (%s)", list.TTLMs, orNone(list.CacheScope))
+	}
+	return pass("%s: images %s, timeout_s ≤ %v, max_output_bytes 1–%d, files ≤ %d, additionalProperties false; %s",
+		toolName, strings.Join(r.o.Images, ","), r.o.MaxTimeout, maxOutputBytes, maxInputFiles, cache)
 }
 
-func (r *runner) checkToolsList(ctx context.Context) verdict {
-	want := fmt.Sprintf("exactly one tool, %s, whose schema shows images %s, timeout_s at most %v, max_output_bytes 1–%d, files at most %d, code at most %d bytes, and no other property",
-		toolName, strings.Join(r.o.Images, ","), r.o.MaxTimeout, maxOutputBytes, maxInputFiles, maxCodeBytes)
+// toolList reads the shared session's tool list once: the tools-list
+// check judges it, and the initialize check compares the older
+// revision's with it.
+func (r *runner) toolList(ctx context.Context, want string) (*mcp.ListToolsResult, *verdict) {
+	if r.tools != nil {
+		return r.tools, nil
+	}
 	s, err := r.session(ctx)
 	if err != nil {
-		return fail(want, "no session: "+err.Error(), hintStart)
+		v := fail(want, "no session: "+err.Error(), hintStart)
+		return nil, &v
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.o.Patience)
-	defer cancel()
-	list, err := s.cs.ListTools(ctx, nil)
+	list, err := listTools(ctx, s, r.o.Patience)
 	if err != nil {
-		return fail(want, "tools/list failed: "+err.Error(), "see the server's stderr (-v shows it)")
+		v := fail(want, "tools/list failed: "+err.Error(), "see the server's stderr (-v shows it)")
+		return nil, &v
 	}
+	r.tools = list
+	return list, nil
+}
+
+func listTools(ctx context.Context, s *server, patience time.Duration) (*mcp.ListToolsResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	return s.cs.ListTools(ctx, nil)
+}
+
+func toolNames(list *mcp.ListToolsResult) []string {
 	var names []string
 	for _, t := range list.Tools {
 		names = append(names, t.Name)
 	}
-	if len(list.Tools) != 1 || names[0] != toolName {
-		return fail(want, fmt.Sprintf("tools %q", names), "this is not PyBox's server: check --server")
-	}
-	b, _ := json.Marshal(list.Tools[0].InputSchema)
+	return names
+}
+
+// toolSchema is a tool's input schema as decoded JSON.
+func toolSchema(t *mcp.Tool) map[string]any {
+	b, _ := json.Marshal(t.InputSchema)
 	var schema map[string]any
 	json.Unmarshal(b, &schema)
-	if problems := schemaProblems(schema, r.o); len(problems) > 0 {
-		return fail(want, strings.Join(problems, "; "),
-			"the server was started with other options than this check: give `pybox check` the same --images and --max-timeout as the server (`pybox mcp config` prints them as your client should have them)")
-	}
-	return pass("%s: images %s, timeout_s ≤ %v, max_output_bytes 1–%d, files ≤ %d, additionalProperties false",
-		toolName, strings.Join(r.o.Images, ","), r.o.MaxTimeout, maxOutputBytes, maxInputFiles)
+	return schema
 }
 
 // schemaProblems lists where the schema differs from what the options

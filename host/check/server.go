@@ -25,16 +25,18 @@ type server struct {
 	tap    *tap
 	in     *tapWriter
 	stderr *stderrLog
-	cs     *mcp.ClientSession // nil when initialize failed
+	cs     *mcp.ClientSession // nil when no session opened
 	exited chan struct{}      // closed once the process is gone
 	state  *os.ProcessState
 	grace  time.Duration
 }
 
-// startServer starts the server command with env and initializes an MCP
-// session with it. On an error the process is already stopped; the
-// server is returned all the same, for what it wrote to stderr.
-func startServer(ctx context.Context, argv, env []string, grace time.Duration, logf func(string, ...any)) (*server, error) {
+// startServer starts the server command with env and opens an MCP
+// session with it at revision protocol (server/discover at 2026-07-28 and
+// later, which the SDK follows with initialize when the server refuses
+// it; initialize before). On an error the process is already stopped;
+// the server is returned all the same, for what it wrote to stderr.
+func startServer(ctx context.Context, argv, env []string, protocol string, grace time.Duration, logf func(string, ...any)) (*server, error) {
 	s := &server{tap: newTap(), stderr: &stderrLog{logf: logf}, exited: make(chan struct{}), grace: grace}
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = env
@@ -80,12 +82,12 @@ func startServer(ctx context.Context, argv, env []string, grace time.Duration, l
 	c := mcp.NewClient(&mcp.Implementation{Name: "pybox-check", Version: version.Version}, nil)
 	cctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
-	s.cs, err = c.Connect(cctx, &mcp.IOTransport{Reader: s.tap, Writer: s.in}, nil)
+	s.cs, err = c.Connect(cctx, &mcp.IOTransport{Reader: s.tap, Writer: s.in}, &mcp.ClientSessionOptions{ProtocolVersion: protocol})
 	if err != nil {
 		if st, exited := s.waitExit(grace); exited {
-			err = fmt.Errorf("it exited (%v) before answering initialize", st)
+			err = fmt.Errorf("it exited (%v) before an MCP %s session opened", st, protocol)
 		} else {
-			err = fmt.Errorf("initialize failed: %v", err)
+			err = fmt.Errorf("no MCP %s session: %v", protocol, err)
 		}
 		s.close()
 		return s, err
@@ -225,4 +227,12 @@ func (s *server) lastWords() string {
 	default:
 		return fmt.Sprintf("%q … %q", s.stderr.lines[0].Text, strings.TrimSpace(s.stderr.lines[n-1].Text))
 	}
+}
+
+// version is the MCP revision the session negotiated.
+func (s *server) version() string {
+	if s.cs == nil {
+		return ""
+	}
+	return s.cs.InitializeResult().ProtocolVersion
 }

@@ -37,8 +37,12 @@ import (
 // The flaws, and the check that must catch each.
 var flaws = map[string]string{
 	"":                   "none",
-	"old-protocol":       "initialize: offers MCP 2025-06-18 only",
+	"old-protocol":       "discover, initialize: offers MCP 2025-06-18 only",
+	"no-discover":        "discover: offers MCP 2025-11-25 only (refuses server/discover)",
+	"older-schema":       "initialize: under MCP 2025-11-25 the schema differs",
+	"older-differs":      "initialize: under MCP 2025-11-25 results have no delivery",
 	"schema":             "tools-list: a schema that hides the ceilings",
+	"no-ttl":             "tools-list: the tool list carries no ttlMs",
 	"text-differs":       "stdlib-run: the text content is not the structured JSON",
 	"memory-sampled":     "memory-final: a memory reading that is not final",
 	"wrong-image":        "image:data: every run reports image stdlib",
@@ -74,16 +78,30 @@ func main() {
 	}
 	f := &fake{images: strings.Split(*images, ",")}
 	f.out = &stdout{w: bufio.NewWriter(os.Stdout)}
-	versions := []string{"2025-11-25"}
-	if *flaw == "old-protocol" {
+	versions := []string{newestVersion, "2025-11-25"}
+	switch *flaw {
+	case "old-protocol":
 		versions = []string{"2025-06-18"}
+	case "no-discover":
+		versions = []string{"2025-11-25"}
 	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "fakemcp", Version: "0"}, &mcp.ServerOptions{
 		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		SupportedProtocolVersions: versions,
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			if *flaw != "no-ttl" {
+				c.TTLMs, c.CacheScope = 24*60*60*1000, "private"
+			}
+		},
 	})
-	srv.AddTool(&mcp.Tool{Name: "run_python", InputSchema: f.schema()}, f.call)
-	ss, err := srv.Connect(context.Background(), &transport{out: f.out}, nil)
+	srv.AddTool(&mcp.Tool{Name: "run_python", InputSchema: f.schema(false)}, f.call)
+	t := &transport{out: f.out}
+	if *flaw == "older-schema" {
+		// The session's revision is known at initialize: the tool is
+		// replaced before the server reads the handshake.
+		t.initialize = func() { srv.AddTool(&mcp.Tool{Name: "run_python", InputSchema: f.schema(true)}, f.call) }
+	}
+	ss, err := srv.Connect(context.Background(), t, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fakemcp:", err)
 		os.Exit(1)
@@ -98,10 +116,18 @@ type fake struct {
 	runs   atomic.Int64
 }
 
-func (f *fake) schema() map[string]any {
+// newestVersion is the first MCP revision without a handshake.
+const newestVersion = "2026-07-28"
+
+// schema is run_python's input schema; older is the schema the
+// older-schema flaw shows a session that initialized.
+func (f *fake) schema(older bool) map[string]any {
 	additional, maximum := false, *maxTimeout
 	if *flaw == "schema" {
 		additional, maximum = true, 30
+	}
+	if older {
+		maximum++
 	}
 	return map[string]any{
 		"type":                 "object",
@@ -164,7 +190,8 @@ func (f *fake) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToo
 		}
 		defer f.busy.Store(false)
 	}
-	return f.run(ctx, &a, timeout), nil
+	p := req.Session.InitializeParams()
+	return f.run(ctx, &a, timeout, p != nil && p.ProtocolVersion < newestVersion), nil
 }
 
 // noVM is true when PYBOX_HOME names a directory with no VM in it.
@@ -177,7 +204,9 @@ func noVM() bool {
 	return err != nil
 }
 
-func (f *fake) run(ctx context.Context, a *args, timeout float64) *mcp.CallToolResult {
+// run answers a call; older says the session initialized at a revision
+// before newestVersion.
+func (f *fake) run(ctx context.Context, a *args, timeout float64, older bool) *mcp.CallToolResult {
 	name, _, _ := strings.Cut(strings.TrimPrefix(a.Code, "# pybox check: "), "\n")
 	rec := receipt(fmt.Sprintf("fake-%d", f.runs.Add(1)), a.Image, timeout)
 	var images []mcp.Content
@@ -188,6 +217,11 @@ func (f *fake) run(ctx context.Context, a *args, timeout float64) *mcp.CallToolR
 			f.out.line([]byte("fakemcp: debug: starting a run"))
 		}
 		rec.Capture.Stdout = "hello from pybox check\n" + sum([]byte("pybox")) + "\n"
+	case "older-revision":
+		rec.Capture.Stdout = "hello over MCP 2025-11-25\n"
+		if older && *flaw == "older-differs" {
+			delete(doc, "delivery")
+		}
 	case "image":
 		rec.Capture.Stdout = "3.11.2\n"
 	case "files":
@@ -397,10 +431,14 @@ func (o *stdout) line(b []byte) error {
 // transport is newline-delimited JSON-RPC on stdin and stdout that, like
 // pybox mcp's, withholds the response to a cancelled call and refuses a
 // line over 512 KiB, ending the session.
-type transport struct{ out *stdout }
+// initialize, when set, is called as an initialize request is read.
+type transport struct {
+	out        *stdout
+	initialize func()
+}
 
 func (t *transport) Connect(context.Context) (mcp.Connection, error) {
-	c := &conn{out: t.out, in: make(chan msgOrErr), cancelled: map[jsonrpc.ID]bool{}}
+	c := &conn{out: t.out, initialize: t.initialize, in: make(chan msgOrErr), cancelled: map[jsonrpc.ID]bool{}}
 	go c.readLoop()
 	return c, nil
 }
@@ -411,10 +449,11 @@ type msgOrErr struct {
 }
 
 type conn struct {
-	out       *stdout
-	in        chan msgOrErr
-	mu        sync.Mutex
-	cancelled map[jsonrpc.ID]bool
+	out        *stdout
+	initialize func()
+	in         chan msgOrErr
+	mu         sync.Mutex
+	cancelled  map[jsonrpc.ID]bool
 }
 
 const maxMessage = 512 << 10
@@ -437,6 +476,9 @@ func (c *conn) readLoop() {
 			}
 			if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "notifications/cancelled" {
 				c.markCancelled(req.Params)
+			}
+			if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "initialize" && c.initialize != nil {
+				c.initialize()
 			}
 			c.in <- msgOrErr{msg: msg}
 		}
