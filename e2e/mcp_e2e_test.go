@@ -1,11 +1,14 @@
 package e2e
 
 // End-to-end tests of `pybox mcp`: the real binary spoken to over stdio by
-// two MCP clients nobody here wrote (the Go SDK's, through its
-// CommandTransport, and the official TypeScript SDK under node), and by a
-// raw client for what an SDK will not send (a 600 KiB message, a client
-// that stops reading). The tests that need no VM run everywhere; the rest
-// share one VM with `pybox check`'s and the agents' (see startMCPVM).
+// MCP clients nobody here wrote (the Go SDK's, through its
+// CommandTransport, and the official TypeScript SDK's, 1.x and 2.x, under
+// node), and by a raw client for what an SDK will not send (a 600 KiB
+// message, a client that stops reading). The Go client and the raw one
+// speak both revisions the server does, 2026-07-28 and 2025-11-25 (see
+// mcp_versions_e2e_test.go). The tests that need no VM run everywhere;
+// the rest share one VM with `pybox check`'s and the agents' (see
+// startMCPVM).
 
 import (
 	"bufio"
@@ -160,19 +163,33 @@ func (s *syncBuffer) waitFor(t *testing.T, d time.Duration, words ...string) {
 	t.Fatalf("stderr never said %q:\n%s", words, s)
 }
 
-// goClient starts `pybox mcp ARGS` with the Go SDK's CommandTransport.
+// goClient starts `pybox mcp ARGS` with the Go SDK's CommandTransport,
+// speaking the newest revision.
 func (e *vmEnv) goClient(t *testing.T, args ...string) (*sdk.ClientSession, *syncBuffer) {
+	t.Helper()
+	return e.goClientAt(t, modernRev, args...)
+}
+
+// goClientAt is goClient speaking the revision rev, which it checks the
+// client got.
+func (e *vmEnv) goClientAt(t *testing.T, rev string, args ...string) (*sdk.ClientSession, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(e.bin, append([]string{"mcp"}, args...)...)
 	cmd.Env = e.env
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	c := sdk.NewClient(&sdk.Implementation{Name: "pybox-e2e-go", Version: "0"}, nil)
-	cs, err := c.Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, nil)
+	cs, err := c.Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, &sdk.ClientSessionOptions{ProtocolVersion: rev})
 	if err != nil {
-		t.Fatalf("connect: %v\nstderr:\n%s", err, stderr)
+		t.Fatalf("connect at %s: %v\nstderr:\n%s", rev, err, stderr)
 	}
 	t.Cleanup(func() { cs.Close() })
+	// Catches a server/discover the SDK does not take (it falls back to
+	// initialize and 2025-11-25), or an initialize answered with another
+	// revision than the one asked for.
+	if got := cs.InitializeResult().ProtocolVersion; got != rev {
+		t.Fatalf("asked for %s, negotiated %s", rev, got)
+	}
 	return cs, stderr
 }
 
@@ -283,6 +300,7 @@ func goCall(t *testing.T, cs *sdk.ClientSession, args any) *mcpResult {
 	if len(res.Content) == 0 {
 		t.Fatal("no content")
 	}
+	checkServerInfo(t, cs.InitializeResult().ProtocolVersion, res.Meta) // the SDK keeps resultType to itself
 	r := decodeResult(t, res.Content[0].(*sdk.TextContent).Text, res.StructuredContent, res.IsError)
 	for _, c := range res.Content[1:] {
 		im, ok := c.(*sdk.ImageContent)
@@ -328,6 +346,8 @@ type rawMCP struct {
 	lines  chan []byte
 	stderr *syncBuffer
 	done   chan error
+	rev    string // the MCP revision it speaks (see open, request, call)
+	reads  bool   // whether stdout is read
 }
 
 // rawClient starts `pybox mcp ARGS`; unless read is false, what it
@@ -335,7 +355,7 @@ type rawMCP struct {
 func (e *vmEnv) rawClient(t *testing.T, read bool, args ...string) *rawMCP {
 	t.Helper()
 	cmd := e.command(append([]string{"mcp"}, args...)...)
-	r := &rawMCP{t: t, cmd: cmd, stderr: &syncBuffer{}, lines: make(chan []byte, 4096), done: make(chan error, 1)}
+	r := &rawMCP{t: t, cmd: cmd, stderr: &syncBuffer{}, lines: make(chan []byte, 4096), done: make(chan error, 1), rev: legacyRev, reads: read}
 	cmd.Stderr = r.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -380,10 +400,16 @@ func (r *rawMCP) send(line string) {
 	}
 }
 
+// The handshake of a client of 2025-11-25.
+const (
+	initializeLine  = `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+	initializedLine = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+)
+
 func (r *rawMCP) initialize() {
-	r.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+	r.send(initializeLine)
 	r.reply("init", 30*time.Second)
-	r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	r.send(initializedLine)
 }
 
 type rawMessage struct {
@@ -491,38 +517,62 @@ func pyArgs(code string, extra string) string {
 }
 
 // Without a VM: the tool is listed, every call says how to start the VM,
-// and the stdio limits hold. None of this needs the VM, so it runs
-// everywhere.
+// and the stdio limits hold, under both revisions. None of this needs the
+// VM, so it runs everywhere.
 func TestMCPNoVM(t *testing.T) {
 	e := noVMEnv(t)
 
+	// The Go SDK's client under each revision (goClientAt checks it got
+	// the one it asked for): the same tool and the same answer under both.
 	t.Run("tools/list and a call", func(t *testing.T) {
-		cs, _ := e.goClient(t)
-		if cs.InitializeResult().ProtocolVersion != "2025-11-25" {
-			t.Errorf("negotiated %s", cs.InitializeResult().ProtocolVersion)
+		tools, results := map[string]string{}, map[string]*mcpResult{}
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				cs, _ := e.goClientAt(t, rev)
+				list, err := cs.ListTools(context.Background(), nil)
+				if err != nil || len(list.Tools) != 1 || list.Tools[0].Name != "run_python" {
+					t.Fatalf("tools/list: %v %+v", err, list)
+				}
+				// The tool is fixed while the server runs, and names the
+				// user's images: catches a 2026-07-28 list a client may
+				// not cache, or may share with another user.
+				if rev == modernRev && (list.TTLMs != 86400000 || list.CacheScope != "private") {
+					t.Errorf("tools/list's cache hint: ttlMs %d, cacheScope %q", list.TTLMs, list.CacheScope)
+				}
+				b, _ := json.Marshal(list.Tools[0])
+				tools[rev] = string(b)
+				r := goCall(t, cs, map[string]any{"code": "print(1)"})
+				if !r.IsError || r.Doc.Error == nil || r.Doc.Error.Code != "no_vm" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" ||
+					!strings.Contains(r.Doc.Error.Message, "pybox vm start") || !strings.Contains(r.Doc.Error.Message, "PYBOX_HOME="+e.home+":") {
+					t.Fatalf("%s", r.Text)
+				}
+				results[rev] = r
+			})
 		}
-		list, err := cs.ListTools(context.Background(), nil)
-		if err != nil || len(list.Tools) != 1 || list.Tools[0].Name != "run_python" {
-			t.Fatalf("tools/list: %v %+v", err, list)
-		}
-		r := goCall(t, cs, map[string]any{"code": "print(1)"})
-		if !r.IsError || r.Doc.Error == nil || r.Doc.Error.Code != "no_vm" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" ||
-			!strings.Contains(r.Doc.Error.Message, "pybox vm start") || !strings.Contains(r.Doc.Error.Message, "PYBOX_HOME="+e.home+":") {
-			t.Fatalf("%s", r.Text)
+		// Catches a tool, or a result, that depends on the revision.
+		if len(results) == 2 {
+			if tools[modernRev] != tools[legacyRev] {
+				t.Errorf("the tool differs between revisions:\n%s\n%s", tools[modernRev], tools[legacyRev])
+			}
+			sameShape(t, "no VM", results[modernRev], results[legacyRev])
 		}
 	})
 
 	t.Run("the schema follows the options", func(t *testing.T) {
-		cs, _ := e.goClient(t, "--images", "stdlib,data,tools", "--max-timeout", "30")
-		list, err := cs.ListTools(context.Background(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(list.Tools[0].InputSchema)
-		for _, want := range []string{`"enum":["stdlib","data","tools"]`, `"maximum":30`, `"additionalProperties":false`, `"maxItems":16`, `"maxLength":65536`} {
-			if !bytes.Contains(b, []byte(want)) {
-				t.Errorf("the schema lacks %s: %s", want, b)
-			}
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				cs, _ := e.goClientAt(t, rev, "--images", "stdlib,data,tools", "--max-timeout", "30")
+				list, err := cs.ListTools(context.Background(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := json.Marshal(list.Tools[0].InputSchema)
+				for _, want := range []string{`"enum":["stdlib","data","tools"]`, `"maximum":30`, `"additionalProperties":false`, `"maxItems":16`, `"maxLength":65536`} {
+					if !bytes.Contains(b, []byte(want)) {
+						t.Errorf("the schema lacks %s: %s", want, b)
+					}
+				}
+			})
 		}
 	})
 
@@ -534,78 +584,67 @@ func TestMCPNoVM(t *testing.T) {
 	})
 
 	t.Run("refused arguments", func(t *testing.T) {
-		cs, _ := e.goClient(t)
-		file := func(name, content, enc string) string {
-			n, _ := json.Marshal(name)
-			return `{"code":"x","files":[{"name":` + string(n) + `,"content":"` + content + `","encoding":"` + enc + `"}]}`
-		}
-		many := func(n, size int) string {
-			var fs []string
-			for i := range n {
-				fs = append(fs, fmt.Sprintf(`{"name":"f%d","content":"%s"}`, i, strings.Repeat("x", size)))
-			}
-			return `{"code":"x","files":[` + strings.Join(fs, ",") + `]}`
-		}
-		for _, args := range []string{
-			`{"code":"x","shell":true}`, `{"Code":"x"}`, `{"code":"x","code":"y"}`,
-			`{"code":5}`, `{"code":"x","files":"a.csv"}`, `{"code":"x","timeout_s":"1"}`,
-			`{"code":"x","timeout_s":0}`, `{"code":"x","timeout_s":-1}`, `{"code":"x","timeout_s":3}`, `{"code":"x","timeout_s":1e999}`,
-			`{"code":"x","image":"data"}`, `{"code":"x","max_output_bytes":8193}`,
-			many(17, 1), many(16, 16*1024+1),
-			file("../../etc/passwd", "", "utf-8"), file("/etc/passwd", "", "utf-8"), file("a/b", "", "utf-8"),
-			file("..", "", "utf-8"), file("", "", "utf-8"), file("a\u0000b", "", "utf-8"), file("a\nb", "", "utf-8"),
-			`{"code":"x","files":[{"name":"a","content":""},{"name":"a","content":""}]}`,
-			`{"code":"x","files":[{"name":"A.csv","content":""},{"name":"a.CSV","content":""}]}`,
-			file("a", "AA*=", "base64"), file("a", "AAE", "base64"), file("a", "-_8=", "base64"), file("a", "AAAA\\nAAAA", "base64"),
-		} {
-			r := goCall(t, cs, json.RawMessage(args))
-			if !r.IsError || r.Doc.Error == nil || r.Doc.Error.Code != "invalid_arguments" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
-				t.Errorf("%.100s: %s", args, r.Text)
-			}
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) { refusedArguments(t, e, rev) })
 		}
 	})
 
 	t.Run("a 600 KiB message", func(t *testing.T) {
-		r := e.rawClient(t, true)
-		r.initialize()
-		go io.WriteString(r.stdin, callLine(1, pyArgs(strings.Repeat("x", 600<<10), ""))+"\n")
-		m := r.next(10 * time.Second)
-		if m == nil || m.Error == nil || string(m.ID) != "null" || !strings.Contains(m.Error.Message, "512 KiB") {
-			t.Fatalf("%+v", m)
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				r := e.rawClientAt(t, rev, true)
+				r.open()
+				go io.WriteString(r.stdin, r.call(1, pyArgs(strings.Repeat("x", 600<<10), ""))+"\n")
+				m := r.next(10 * time.Second)
+				// Catches a limit that holds only for clients that initialized.
+				if m == nil || m.Error == nil || string(m.ID) != "null" || !strings.Contains(m.Error.Message, "512 KiB") {
+					t.Fatalf("%+v", m)
+				}
+				if m := r.next(10 * time.Second); m != nil {
+					t.Fatalf("more after the refusal: %.200s", m.line)
+				}
+				r.exited(10 * time.Second)
+			})
 		}
-		if m := r.next(10 * time.Second); m != nil {
-			t.Fatalf("more after the refusal: %.200s", m.line)
-		}
-		r.exited(10 * time.Second)
 	})
 
 	t.Run("a client that stops reading", func(t *testing.T) {
-		r := e.rawClient(t, false) // nothing reads stdout: the pipe fills
-		start := time.Now()
-		r.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
-		r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		for i := 2; i < 100; i++ { // 98 tool lists: far more than a pipe holds
-			if _, err := io.WriteString(r.stdin, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`+"\n", i)); err != nil {
-				break
-			}
-		}
-		r.exited(20 * time.Second)
-		if took := time.Since(start); took < 5*time.Second || took > 15*time.Second {
-			t.Errorf("the session closed after %v; want about 5 s", took)
-		}
-		if !strings.Contains(r.stderr.String(), "has not read for 5s") {
-			t.Errorf("stderr:\n%s", r.stderr)
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				r := e.rawClientAt(t, rev, false) // nothing reads stdout: the pipe fills
+				start := time.Now()
+				r.open()
+				for i := 2; i < 100; i++ { // 98 tool lists: far more than a pipe holds
+					if _, err := io.WriteString(r.stdin, r.request(i, "tools/list", "")+"\n"); err != nil {
+						break
+					}
+				}
+				r.exited(20 * time.Second)
+				// Catches a server that waits for a stalled client forever,
+				// under either revision.
+				if took := time.Since(start); took < 5*time.Second || took > 15*time.Second {
+					t.Errorf("the session closed after %v; want about 5 s", took)
+				}
+				if !strings.Contains(r.stderr.String(), "has not read for 5s") {
+					t.Errorf("stderr:\n%s", r.stderr)
+				}
+			})
 		}
 	})
 
 	t.Run("the 33rd call", func(t *testing.T) {
-		cs, _ := e.goClient(t)
-		for range 32 {
-			goCall(t, cs, map[string]any{"code": "x"})
-		}
-		r := goCall(t, cs, map[string]any{"code": "x"})
-		if r.Doc.Error == nil || r.Doc.Error.Code != "session_limit" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
-			t.Fatalf("%s", r.Text)
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				cs, _ := e.goClientAt(t, rev)
+				for range 32 {
+					goCall(t, cs, map[string]any{"code": "x"})
+				}
+				r := goCall(t, cs, map[string]any{"code": "x"})
+				// Catches a limit that holds under one revision only.
+				if r.Doc.Error == nil || r.Doc.Error.Code != "session_limit" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
+					t.Fatalf("%s", r.Text)
+				}
+			})
 		}
 	})
 
@@ -645,6 +684,40 @@ func TestMCPNoVM(t *testing.T) {
 	})
 }
 
+// refusedArguments sends the Go SDK's client, speaking rev, arguments
+// the tool refuses: each is a tool error invalid_arguments, and nothing ran.
+func refusedArguments(t *testing.T, e *vmEnv, rev string) {
+	cs, _ := e.goClientAt(t, rev)
+	file := func(name, content, enc string) string {
+		n, _ := json.Marshal(name)
+		return `{"code":"x","files":[{"name":` + string(n) + `,"content":"` + content + `","encoding":"` + enc + `"}]}`
+	}
+	many := func(n, size int) string {
+		var fs []string
+		for i := range n {
+			fs = append(fs, fmt.Sprintf(`{"name":"f%d","content":"%s"}`, i, strings.Repeat("x", size)))
+		}
+		return `{"code":"x","files":[` + strings.Join(fs, ",") + `]}`
+	}
+	for _, args := range []string{
+		`{"code":"x","shell":true}`, `{"Code":"x"}`, `{"code":"x","code":"y"}`,
+		`{"code":5}`, `{"code":"x","files":"a.csv"}`, `{"code":"x","timeout_s":"1"}`,
+		`{"code":"x","timeout_s":0}`, `{"code":"x","timeout_s":-1}`, `{"code":"x","timeout_s":3}`, `{"code":"x","timeout_s":1e999}`,
+		`{"code":"x","image":"data"}`, `{"code":"x","max_output_bytes":8193}`,
+		many(17, 1), many(16, 16*1024+1),
+		file("../../etc/passwd", "", "utf-8"), file("/etc/passwd", "", "utf-8"), file("a/b", "", "utf-8"),
+		file("..", "", "utf-8"), file("", "", "utf-8"), file("a\u0000b", "", "utf-8"), file("a\nb", "", "utf-8"),
+		`{"code":"x","files":[{"name":"a","content":""},{"name":"a","content":""}]}`,
+		`{"code":"x","files":[{"name":"A.csv","content":""},{"name":"a.CSV","content":""}]}`,
+		file("a", "AA*=", "base64"), file("a", "AAE", "base64"), file("a", "-_8=", "base64"), file("a", "AAAA\\nAAAA", "base64"),
+	} {
+		r := goCall(t, cs, json.RawMessage(args))
+		if !r.IsError || r.Doc.Error == nil || r.Doc.Error.Code != "invalid_arguments" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
+			t.Errorf("%.100s: %s", args, r.Text)
+		}
+	}
+}
+
 func runCmd(t *testing.T, env []string, bin string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -660,107 +733,78 @@ func runCmd(t *testing.T, env []string, bin string, args ...string) (string, str
 	return out.String(), errb.String(), 0
 }
 
-// The whole path: a real VM, real images, real clients.
+// The whole path: a real VM, real images, real clients. The Go SDK's
+// client and the raw wire run under both revisions, 2026-07-28 and
+// 2025-11-25, against the one VM.
 func TestMCPWithVM(t *testing.T) {
 	e := startMCPVM(t)
 	opts := []string{"--images", "stdlib,data", "--max-timeout", "30"}
 
 	t.Run("go client: a run", func(t *testing.T) {
-		cs, stderr := e.goClient(t, opts...)
-		r := goCall(t, cs, map[string]any{"code": "print('hello')"})
-		if r.IsError || r.Execution.Status != "ok" || r.Execution.Cleanup.Status != "REMOVED" || r.Execution.Capture.Stdout != "hello\n" ||
-			r.Execution.Image.Name != "stdlib" || r.Execution.Image.Digest == "" || r.Execution.Image.Python == "" || r.Execution.Image.Suite == "" ||
-			r.Execution.Memory.Reading != "final" {
-			t.Fatalf("%s\nstderr:\n%s", r.Text, stderr)
+		runs := map[string][2]*mcpResult{}
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				cs, stderr := e.goClientAt(t, rev, opts...)
+				ok := goCall(t, cs, map[string]any{"code": "print('hello')"})
+				if ok.IsError || ok.Execution.Status != "ok" || ok.Execution.Cleanup.Status != "REMOVED" || ok.Execution.Capture.Stdout != "hello\n" ||
+					ok.Execution.Image.Name != "stdlib" || ok.Execution.Image.Digest == "" || ok.Execution.Image.Python == "" || ok.Execution.Image.Suite == "" ||
+					ok.Execution.Memory.Reading != "final" {
+					t.Fatalf("%s\nstderr:\n%s", ok.Text, stderr)
+				}
+				failed := goCall(t, cs, map[string]any{"code": "import sys; sys.exit(3)"})
+				if !failed.IsError || failed.Execution.Status != "error" || failed.Execution.ExitCode == nil || *failed.Execution.ExitCode != 3 {
+					t.Fatalf("%s", failed.Text)
+				}
+				runs[rev] = [2]*mcpResult{ok, failed}
+			})
 		}
-		r = goCall(t, cs, map[string]any{"code": "import sys; sys.exit(3)"})
-		if !r.IsError || r.Execution.Status != "error" || r.Execution.ExitCode == nil || *r.Execution.ExitCode != 3 {
-			t.Fatalf("%s", r.Text)
+		// Catches a receipt that depends on the revision: a field one
+		// revision's result lacks.
+		if len(runs) == 2 {
+			sameShape(t, "a run", runs[modernRev][0], runs[legacyRev][0])
+			sameShape(t, "a run that exits 3", runs[modernRev][1], runs[legacyRev][1])
 		}
 	})
 
 	t.Run("go client: a CSV in, a chart out as a file and an image (data image)", func(t *testing.T) {
 		needImage(t, e, "data")
-		cs, stderr := e.goClient(t, opts...)
 		// Under TCG a cold first import of pandas and pyplot can take most of
-		// the 30 s ceiling: read the image once first. Two such calls,
-		// each in a warm box that imported numpy ahead, draw different
-		// numbers from numpy's global RandomState and a new Generator:
-		// each box is its own python3, not a fork of one template.
+		// the 30 s ceiling: read the image once first. Two such calls (one
+		// per revision), each in a warm box that imported numpy ahead, draw
+		// different numbers from numpy's global RandomState and a new
+		// Generator: each box is its own python3, not a fork of one template.
 		draws := map[string]bool{}
-		for i := range 2 {
-			// As an agent thinks between calls: the next warm box has
-			// its preload imported (under TCG that takes longer than a
-			// call waits for it).
-			waitWarmReady(t, e.home, "data")
-			warm := goCall(t, cs, map[string]any{"code": "import pandas, matplotlib.pyplot, PIL.Image, numpy\nprint(numpy.random.random(), numpy.random.default_rng().random())", "image": "data", "timeout_s": 30})
-			if warm.Execution.Cleanup.Status != "REMOVED" || warm.Execution.Status != "ok" {
-				t.Fatalf("warm-up: %s", warm.Text)
-			}
-			if !warm.Execution.Box.Warm || !slices.Contains(warm.Execution.Box.Preloaded, "numpy") {
-				t.Errorf("call %d: box %+v", i, warm.Execution.Box)
-			}
-			for _, v := range strings.Fields(warm.Execution.Capture.Stdout) {
-				if draws[v] {
-					t.Errorf("call %d drew %s again", i, v)
+		charts := map[string]*mcpResult{}
+		for i, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				cs, stderr := e.goClientAt(t, rev, opts...)
+				// As an agent thinks between calls: the next warm box has
+				// its preload imported (under TCG that takes longer than a
+				// call waits for it).
+				waitWarmReady(t, e.home, "data")
+				warm := goCall(t, cs, map[string]any{"code": "import pandas, matplotlib.pyplot, PIL.Image, numpy\nprint(numpy.random.random(), numpy.random.default_rng().random())", "image": "data", "timeout_s": 30})
+				if warm.Execution.Cleanup.Status != "REMOVED" || warm.Execution.Status != "ok" {
+					t.Fatalf("warm-up: %s", warm.Text)
 				}
-				draws[v] = true
+				if !warm.Execution.Box.Warm || !slices.Contains(warm.Execution.Box.Preloaded, "numpy") {
+					t.Errorf("call %d: box %+v", i, warm.Execution.Box)
+				}
+				for _, v := range strings.Fields(warm.Execution.Capture.Stdout) {
+					if draws[v] {
+						t.Errorf("call %d drew %s again", i, v)
+					}
+					draws[v] = true
+				}
+				charts[rev] = chartRun(t, cs, stderr)
+			})
+		}
+		if len(charts) == 2 {
+			if len(draws) != 4 {
+				t.Errorf("draws %v", draws)
 			}
+			// Catches image blocks, or files, that one revision drops.
+			sameShape(t, "the chart run", charts[modernRev], charts[legacyRev])
 		}
-		if len(draws) != 4 {
-			t.Errorf("draws %v", draws)
-		}
-		// One run for every picture check, since each data run costs
-		// seconds: a matplotlib chart; a JPEG and a WebP written by Pillow
-		// (matplotlib's own dependency); a text file named .png; and the
-		// chart cut in half, as a program killed mid-write leaves it.
-		code := `
-import pandas as pd, matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from PIL import Image
-df = pd.read_csv("/tmp/input/sales.csv")
-print(df["sales"].sum())
-df.plot(x="region", y="sales", kind="bar").get_figure().savefig("/tmp/output/chart.png")
-df.to_csv("/tmp/output/copy.csv", index=False)
-chart = open("/tmp/output/chart.png", "rb").read()
-open("/tmp/output/cut.png", "wb").write(chart[:len(chart) // 2])
-open("/tmp/output/fake.png", "w").write("this is text, not a picture\n")
-photo = Image.new("RGB", (64, 48))
-photo.putdata([(x * 4, y * 5, 128) for y in range(48) for x in range(64)])
-photo.save("/tmp/output/photo.jpg", quality=85)
-photo.save("/tmp/output/photo.webp")
-`
-		r := goCall(t, cs, map[string]any{"code": code, "image": "data", "timeout_s": 30, "return_files": true,
-			"files": []any{map[string]any{"name": "sales.csv", "content": "region,sales\nnorth,120\nsouth,80\n"}}})
-		if r.IsError || r.Execution.Capture.Stdout != "200\n" || r.Execution.Image.Name != "data" || r.Doc.Files == nil {
-			t.Fatalf("%.2000s\nstderr:\n%s", r.Text, stderr)
-		}
-		files := returnedFiles(t, r)
-		if !bytes.HasPrefix(files["chart.png"], []byte("\x89PNG")) || string(files["copy.csv"]) != "region,sales\nnorth,120\nsouth,80\n" {
-			t.Fatalf("chart.png %.8q, copy.csv %q", files["chart.png"], files["copy.csv"])
-		}
-		// The pictures follow the text in the files' order; cut.png and
-		// fake.png are not among them.
-		want := []struct{ name, mime string }{{"chart.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"photo.webp", "image/webp"}}
-		if len(r.Images) != len(want) {
-			t.Fatalf("%d images; want chart.png, photo.jpg, photo.webp; delivery %q", len(r.Images), r.Doc.Delivery.What)
-		}
-		for i, w := range want {
-			im := r.Images[i]
-			if im.MIMEType != w.mime || !bytes.Equal(im.Data, files[w.name]) {
-				t.Errorf("image %d: %s of %d bytes; want %s, the %d bytes of %s", i, im.MIMEType, len(im.Data), w.mime, len(files[w.name]), w.name)
-			}
-		}
-		chartSum := sha256.Sum256(r.Images[0].Data)
-		if receipted := receiptSHA256(r, "chart.png"); receipted != hex.EncodeToString(chartSum[:]) {
-			t.Errorf("the chart's image has sha256 %x; the receipt says %q", chartSum, receipted)
-		}
-		what := strings.Join(r.Doc.Delivery.What, "\n")
-		if !strings.Contains(what, "cut.png is not shown as an image (PNG: ") || strings.Contains(what, "fake.png") {
-			t.Errorf("delivery: %q", r.Doc.Delivery.What)
-		}
-		t.Logf("chart %d bytes, photo.jpg %d, photo.webp %d; delivery %q", len(files["chart.png"]), len(files["photo.jpg"]), len(files["photo.webp"]), r.Doc.Delivery.What)
 	})
 
 	// What agents write today: the data image holds current releases
@@ -769,7 +813,6 @@ photo.save("/tmp/output/photo.webp")
 	// 1.24, pandas 1.5).
 	t.Run("go client: current Python, numpy and pandas in data", func(t *testing.T) {
 		needImage(t, e, "data")
-		cs, stderr := e.goClient(t, opts...)
 		code := `
 import numpy as np, pandas as pd
 
@@ -787,73 +830,101 @@ print(pd.DataFrame({"a": [1, 2], "b": [3, 4]}).map(lambda v: v * 10).to_dict("li
 print(np.strings.upper(np.array(["ab", "cd"])).tolist())  # numpy.strings: numpy 2.0
 print(np.dtype(np.long).itemsize)  # np.long: back in numpy 2.0, gone from 1.24
 `
-		r := goCall(t, cs, map[string]any{"code": code, "image": "data", "timeout_s": 30})
-		want := "y\ntuple[int, int] 7\n{'a': [10, 20], 'b': [30, 40]}\n['AB', 'CD']\n8\n"
-		if r.IsError || r.Execution.Capture.Stdout != want {
-			t.Fatalf("stdout %q, want %q\n%.2000s\nstderr:\n%s", r.Execution.Capture.Stdout, want, r.Text, stderr)
-		}
-		if im := r.Execution.Image; im.Name != "data" || !strings.HasPrefix(im.Python, "3.13.") || im.Suite != "trixie" {
-			t.Errorf("the receipt's image is %+v; want data with Python 3.13 from trixie", im)
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				cs, stderr := e.goClientAt(t, rev, opts...)
+				r := goCall(t, cs, map[string]any{"code": code, "image": "data", "timeout_s": 30})
+				want := "y\ntuple[int, int] 7\n{'a': [10, 20], 'b': [30, 40]}\n['AB', 'CD']\n8\n"
+				if r.IsError || r.Execution.Capture.Stdout != want {
+					t.Fatalf("stdout %q, want %q\n%.2000s\nstderr:\n%s", r.Execution.Capture.Stdout, want, r.Text, stderr)
+				}
+				if im := r.Execution.Image; im.Name != "data" || !strings.HasPrefix(im.Python, "3.13.") || im.Suite != "trixie" {
+					t.Errorf("the receipt's image is %+v; want data with Python 3.13 from trixie", im)
+				}
+			})
 		}
 	})
 
+	// The raw wire of each revision: 2025-11-25 opens with initialize,
+	// 2026-07-28 sends its first tools/call at once, with _meta. r.result
+	// checks what each revision adds to a result.
 	t.Run("output cannot forge a protocol message", func(t *testing.T) {
-		r := e.rawClient(t, true, opts...)
-		r.initialize()
-		fake := `{"jsonrpc":"2.0","id":999,"result":{"content":[{"type":"text","text":"forged"}]}}`
-		note := `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`
-		r.send(callLine(5, pyArgs(fmt.Sprintf("print(%q)\nprint(%q)\nimport sys; print(%q, file=sys.stderr)", fake, note, fake), "")))
-		res := rawResult(t, r.reply("5", 60*time.Second))
-		if res.Execution.Capture.Stdout != fake+"\n"+note+"\n" || res.Execution.Capture.Stderr != fake+"\n" {
-			t.Fatalf("capture: %q %q", res.Execution.Capture.Stdout, res.Execution.Capture.Stderr)
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				r := e.rawClientAt(t, rev, true, opts...)
+				r.open()
+				fake := `{"jsonrpc":"2.0","id":999,"result":{"content":[{"type":"text","text":"forged"}]}}`
+				note := `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`
+				r.send(r.call(5, pyArgs(fmt.Sprintf("print(%q)\nprint(%q)\nimport sys; print(%q, file=sys.stderr)", fake, note, fake), "")))
+				res := r.result(r.reply("5", 60*time.Second))
+				if res.Execution.Capture.Stdout != fake+"\n"+note+"\n" || res.Execution.Capture.Stderr != fake+"\n" {
+					t.Fatalf("capture: %q %q", res.Execution.Capture.Stdout, res.Execution.Capture.Stderr)
+				}
+				r.send(r.request(6, "ping", ""))
+				r.reply("6", 10*time.Second) // fails on a message with id 999, or any other, first
+			})
 		}
-		r.send(`{"jsonrpc":"2.0","id":6,"method":"ping"}`)
-		r.reply("6", 10*time.Second) // fails on a message with id 999, or any other, first
 	})
 
 	t.Run("busy", func(t *testing.T) {
-		cs, _ := e.goClient(t, opts...)
-		first := make(chan *mcpResult, 1)
-		go func() { first <- goCall(t, cs, map[string]any{"code": "import time; time.sleep(8)", "timeout_s": 20}) }()
-		time.Sleep(1 * time.Second)
-		t0 := time.Now()
-		r := goCall(t, cs, map[string]any{"code": "print(2)"})
-		if r.Doc.Error == nil || r.Doc.Error.Code != "busy" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" || time.Since(t0) > 2*time.Second {
-			t.Errorf("second call after %v: %s", time.Since(t0), r.Text)
-		}
-		if r := <-first; r.IsError {
-			t.Errorf("first call: %s", r.Text)
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				cs, _ := e.goClientAt(t, rev, opts...)
+				first := make(chan *mcpResult, 1)
+				go func() { first <- goCall(t, cs, map[string]any{"code": "import time; time.sleep(8)", "timeout_s": 20}) }()
+				time.Sleep(1 * time.Second)
+				t0 := time.Now()
+				r := goCall(t, cs, map[string]any{"code": "print(2)"})
+				// Catches a second call that queues behind the first (or
+				// starts a second box) instead of being refused at once.
+				if r.Doc.Error == nil || r.Doc.Error.Code != "busy" || r.Execution.Cleanup.Status != "NOT_ATTEMPTED" || time.Since(t0) > 2*time.Second {
+					t.Errorf("second call after %v: %s", time.Since(t0), r.Text)
+				}
+				if r := <-first; r.IsError {
+					t.Errorf("first call: %s", r.Text)
+				}
+			})
 		}
 	})
 
 	t.Run("cancel mid-run", func(t *testing.T) {
-		r := e.rawClient(t, true, opts...)
-		r.initialize()
-		t0 := time.Now()
-		r.send(callLine(5, pyArgs("import time; time.sleep(25)", `,"timeout_s":30`)))
-		time.Sleep(3 * time.Second)
-		r.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"test"}}`)
-		r.stderr.waitFor(t, 20*time.Second, "cancelled: the client cancelled the call", "cleanup REMOVED")
-		r.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
-		r.send(`{"jsonrpc":"2.0","id":6,"method":"ping"}`)
-		r.reply("6", 10*time.Second) // no response to 5 came first
-		if d := time.Since(t0); d > 20*time.Second {
-			t.Errorf("the cancelled run took %v", d)
-		}
-		r.send(callLine(7, pyArgs("print(7)", "")))
-		if res := rawResult(t, r.reply("7", 60*time.Second)); res.IsError {
-			t.Errorf("after a cancel: %s", res.Text)
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				r := e.rawClientAt(t, rev, true, opts...)
+				r.open()
+				t0 := time.Now()
+				r.send(r.call(5, pyArgs("import time; time.sleep(25)", `,"timeout_s":30`)))
+				time.Sleep(3 * time.Second)
+				r.send(r.cancel(5, "test"))
+				// Catches a cancel that leaves the program running, or its box behind.
+				r.stderr.waitFor(t, 20*time.Second, "cancelled: the client cancelled the call", "cleanup REMOVED")
+				r.send(r.cancel(5, "")) // for a call that is over: changes nothing
+				r.send(r.request(6, "ping", ""))
+				r.reply("6", 10*time.Second) // catches a response to the cancelled 5, which would come first
+				if d := time.Since(t0); d > 20*time.Second {
+					t.Errorf("the cancelled run took %v", d)
+				}
+				r.send(r.call(7, pyArgs("print(7)", "")))
+				// Catches a server left busy by the cancelled call.
+				if res := r.result(r.reply("7", 60*time.Second)); res.IsError || res.Execution.Capture.Stdout != "7\n" {
+					t.Errorf("after a cancel: %s", res.Text)
+				}
+			})
 		}
 	})
 
 	t.Run("stdin closed mid-run", func(t *testing.T) {
-		r := e.rawClient(t, true, opts...)
-		r.initialize()
-		r.send(callLine(5, pyArgs("import time; time.sleep(25)", `,"timeout_s":30`)))
-		time.Sleep(3 * time.Second)
-		r.stdin.Close()
-		r.exited(25 * time.Second)
-		r.stderr.waitFor(t, time.Second, "closed the connection", "cleanup REMOVED")
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				r := e.rawClientAt(t, rev, true, opts...)
+				r.open()
+				r.send(r.call(5, pyArgs("import time; time.sleep(25)", `,"timeout_s":30`)))
+				time.Sleep(3 * time.Second)
+				r.stdin.Close()
+				r.exited(25 * time.Second)
+				r.stderr.waitFor(t, time.Second, "closed the connection", "cleanup REMOVED")
+			})
+		}
 	})
 
 	t.Run("SIGTERM mid-run", func(t *testing.T) {
@@ -866,26 +937,31 @@ print(np.dtype(np.long).itemsize)  # np.long: back in numpy 2.0, gone from 1.24
 		r.stderr.waitFor(t, time.Second, "server is stopping", "cleanup REMOVED")
 	})
 
+	// The response limit holds on the bytes each revision's client gets,
+	// with what 2026-07-28 adds counted (rawResult checks response_bytes
+	// against the very result, and the 256 KiB line).
 	t.Run("a result that must be trimmed says so", func(t *testing.T) {
-		r := e.rawClient(t, true, opts...)
-		r.initialize()
-		code := `
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				r := e.rawClientAt(t, rev, true, opts...)
+				r.open()
+				code := `
 import sys
 sys.stdout.write("\x01" * 8192); sys.stderr.write("<" * 8192)
 for i in range(6):
     open(f"/tmp/output/f{i}", "w").write("\x01" * 8192)
 `
-		r.send(callLine(5, pyArgs(code, `,"max_output_bytes":8192,"return_files":true`)))
-		res := rawResult(t, r.reply("5", 60*time.Second))
-		if res.IsError || !res.Doc.Delivery.Trimmed || len(res.Doc.Delivery.What) == 0 || res.Execution.Cleanup.Status != "REMOVED" {
-			t.Fatalf("%+v\n%.500s", res.Doc.Delivery, res.Text)
+				r.send(r.call(5, pyArgs(code, `,"max_output_bytes":8192,"return_files":true`)))
+				res := r.result(r.reply("5", 60*time.Second))
+				if res.IsError || !res.Doc.Delivery.Trimmed || len(res.Doc.Delivery.What) == 0 || res.Execution.Cleanup.Status != "REMOVED" {
+					t.Fatalf("%+v\n%.500s", res.Doc.Delivery, res.Text)
+				}
+				t.Logf("delivery: %+v", res.Doc.Delivery)
+			})
 		}
-		t.Logf("delivery: %+v", res.Doc.Delivery)
 	})
 
 	t.Run("three charts that together pass the response limit", func(t *testing.T) {
-		r := e.rawClient(t, true, opts...)
-		r.initialize()
 		// Three pictures of noise (they do not compress) of about 14 KB,
 		// within the 48 KiB content cap, and 8 KiB of a byte that JSON
 		// escapes to six on stdout: the result fits whole as files and text,
@@ -895,88 +971,198 @@ for i in range(6):
 			files = append(files, fmt.Sprintf(`{"name":"chart%d.png","content":"%s","encoding":"base64"}`, i, base64.StdEncoding.EncodeToString(noisePNG(t, 68, 68+i))))
 		}
 		code := "import os, shutil, sys\nfor n in os.listdir('/tmp/input'): shutil.copy('/tmp/input/' + n, '/tmp/output/' + n)\nsys.stdout.write('\\x01' * 8192)"
-		r.send(callLine(5, pyArgs(code, `,"max_output_bytes":8192,"return_files":true,"files":[`+strings.Join(files, ",")+`]`)))
-		res := rawResult(t, r.reply("5", 60*time.Second))
-		if res.IsError || len(res.Execution.Capture.Stdout) != 8192 || len(returnedFiles(t, res)) != 3 {
-			t.Fatalf("%+v\n%.500s", res.Doc.Delivery, res.Text)
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				r := e.rawClientAt(t, rev, true, opts...)
+				r.open()
+				r.send(r.call(5, pyArgs(code, `,"max_output_bytes":8192,"return_files":true,"files":[`+strings.Join(files, ",")+`]`)))
+				res := r.result(r.reply("5", 60*time.Second))
+				if res.IsError || len(res.Execution.Capture.Stdout) != 8192 || len(returnedFiles(t, res)) != 3 {
+					t.Fatalf("%+v\n%.500s", res.Doc.Delivery, res.Text)
+				}
+				if len(res.Images) == 0 || len(res.Images) == 3 {
+					t.Fatalf("%d of 3 charts shown as images; delivery %q", len(res.Images), res.Doc.Delivery.What)
+				}
+				left := 0
+				for _, w := range res.Doc.Delivery.What {
+					if strings.HasSuffix(w, " is not shown as an image (to fit the 256 KiB response limit); it is returned as a file") {
+						left++
+					}
+				}
+				if !res.Doc.Delivery.Trimmed || left+len(res.Images) != 3 {
+					t.Fatalf("%d images, delivery %+v", len(res.Images), res.Doc.Delivery)
+				}
+				t.Logf("response %d bytes, %d of 3 charts as images; delivery %q", res.Doc.Delivery.ResponseBytes, len(res.Images), res.Doc.Delivery.What)
+			})
 		}
-		if len(res.Images) == 0 || len(res.Images) == 3 {
-			t.Fatalf("%d of 3 charts shown as images; delivery %q", len(res.Images), res.Doc.Delivery.What)
-		}
-		left := 0
-		for _, w := range res.Doc.Delivery.What {
-			if strings.HasSuffix(w, " is not shown as an image (to fit the 256 KiB response limit); it is returned as a file") {
-				left++
-			}
-		}
-		if !res.Doc.Delivery.Trimmed || left+len(res.Images) != 3 {
-			t.Fatalf("%d images, delivery %+v", len(res.Images), res.Doc.Delivery)
-		}
-		t.Logf("response %d bytes, %d of 3 charts as images; delivery %q", res.Doc.Delivery.ResponseBytes, len(res.Images), res.Doc.Delivery.What)
 	})
 
 	t.Run("a client that stops reading a large result", func(t *testing.T) {
-		r := e.rawClient(t, false, opts...)
-		r.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
-		r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		r.send(callLine(2, pyArgs(`import sys; sys.stdout.write("\x01" * 8192)`, `,"max_output_bytes":8192`)))
-		r.exited(60 * time.Second)
-		r.stderr.waitFor(t, time.Second, "has not read for 5s", "cleanup REMOVED")
+		for _, rev := range revisions {
+			t.Run(rev, func(t *testing.T) {
+				r := e.rawClientAt(t, rev, false, opts...) // nothing reads stdout
+				r.open()
+				r.send(r.call(2, pyArgs(`import sys; sys.stdout.write("\x01" * 8192)`, `,"max_output_bytes":8192`)))
+				t0 := time.Now()
+				r.exited(60 * time.Second)
+				// Catches a server that blocks on the stalled client with
+				// the result unwritten, or leaves the box behind.
+				r.stderr.waitFor(t, time.Second, "has not read for 5s", "cleanup REMOVED")
+				t.Logf("closed %v after the call", time.Since(t0).Round(time.Millisecond))
+			})
+		}
 	})
 
+	// The official TypeScript SDK's clients: 1.x initializes (2025-11-25),
+	// 2.x probes with server/discover and speaks 2026-07-28. The same
+	// steps give both the same results.
+	chart, photo := noisePNG(t, 40, 30), grayJPEG(t)
+	steps := []map[string]any{
+		{"op": "list"},
+		{"op": "call", "args": map[string]any{"code": "import os\nprint(open('/tmp/input/in.txt').read())\nopen('/tmp/output/out.bin','wb').write(bytes([0, 255, 1, 254]))",
+			"files": []any{map[string]any{"name": "in.txt", "content": "aGVsbG8=", "encoding": "base64"}}, "return_files": true}},
+		{"op": "call", "args": map[string]any{"code": "print(1)", "shell": true}},
+		{"op": "call", "args": picturesArgs(t, chart, photo, true)},
+		{"op": "call", "args": picturesArgs(t, chart, photo, false)},
+	}
+	var v1 []*mcpResult // the 1.x client's results, to hold 2.x's against
 	t.Run("typescript client", func(t *testing.T) {
-		chart, photo := noisePNG(t, 40, 30), grayJPEG(t)
-		out := tsClient(t, e, opts, []map[string]any{
-			{"op": "list"},
-			{"op": "call", "args": map[string]any{"code": "import os\nprint(open('/tmp/input/in.txt').read())\nopen('/tmp/output/out.bin','wb').write(bytes([0, 255, 1, 254]))",
-				"files": []any{map[string]any{"name": "in.txt", "content": "aGVsbG8=", "encoding": "base64"}}, "return_files": true}},
-			{"op": "call", "args": map[string]any{"code": "print(1)", "shell": true}},
-			{"op": "call", "args": picturesArgs(t, chart, photo, true)},
-			{"op": "call", "args": picturesArgs(t, chart, photo, false)},
-		})
-		if out.ProtocolVersion != "2025-11-25" {
+		out := tsClient(t, e, "tsclient", opts, steps)
+		// Catches a server that no longer answers initialize as 2025-11-25.
+		if out.ProtocolVersion != legacyRev {
 			t.Errorf("negotiated %q", out.ProtocolVersion)
 		}
-		var list struct {
-			Tools []struct {
-				Name        string         `json:"name"`
-				InputSchema map[string]any `json:"inputSchema"`
-			} `json:"tools"`
+		v1 = checkTSSteps(t, out, legacyRev, chart, photo)
+	})
+
+	t.Run("typescript client 2.x", func(t *testing.T) {
+		out := tsClient(t, e, "tsclient2", opts, steps)
+		// Catches a server/discover the SDK does not take as modern: it
+		// falls back to initialize, and 2025-11-25.
+		if out.ProtocolVersion != modernRev {
+			t.Errorf("negotiated %q", out.ProtocolVersion)
 		}
-		json.Unmarshal(out.Results[0], &list)
-		if len(list.Tools) != 1 || list.Tools[0].Name != "run_python" {
-			t.Fatalf("tools/list: %s", out.Results[0])
+		v2 := checkTSSteps(t, out, modernRev, chart, photo)
+		if v1 == nil {
+			t.Log("the 1.x client did not run: its results are not compared")
+			return
 		}
-		run := tsResult(t, out.Results[1])
-		if run.IsError || run.Execution.Capture.Stdout != "hello\n" || run.Doc.Files == nil || len(*run.Doc.Files) != 1 {
-			t.Fatalf("run: %s", run.Text)
-		}
-		if f := (*run.Doc.Files)[0]; f.Name != "out.bin" || f.Encoding != "base64" || *f.Content != base64.StdEncoding.EncodeToString([]byte{0, 255, 1, 254}) {
-			t.Errorf("out.bin: %+v", f)
-		}
-		refused := tsResult(t, out.Results[2])
-		if !refused.IsError || refused.Doc.Error.Code != "invalid_arguments" || refused.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
-			t.Errorf("refused: %s", refused.Text)
-		}
-		// The pictures come back as images too, in the files' order; the
-		// text named .png does not.
-		pics := tsResult(t, out.Results[3])
-		files := returnedFiles(t, pics)
-		if pics.IsError || len(files) != 3 || len(pics.Images) != 2 || pics.Doc.Delivery.Trimmed {
-			t.Fatalf("%d files, %d images: %.1000s", len(files), len(pics.Images), pics.Text)
-		}
-		for i, w := range []struct {
-			name, mime string
-			b          []byte
-		}{{"chart.png", "image/png", chart}, {"photo.jpg", "image/jpeg", photo}} {
-			if im := pics.Images[i]; im.MIMEType != w.mime || !bytes.Equal(im.Data, w.b) || !bytes.Equal(files[w.name], w.b) {
-				t.Errorf("image %d: %s of %d bytes; want %s as sent", i, im.MIMEType, len(im.Data), w.name)
-			}
-		}
-		if none := tsResult(t, out.Results[4]); none.IsError || len(none.Images) != 0 || none.Doc.Files != nil {
-			t.Errorf("return_files false: %d images: %.500s", len(none.Images), none.Text)
+		for i := range v2 {
+			sameShape(t, fmt.Sprintf("step %d, 1.x and 2.x", i+2), v1[i], v2[i])
 		}
 	})
+}
+
+// chartRun is one data run for every picture check, since each data run
+// costs seconds: a matplotlib chart; a JPEG and a WebP written by Pillow
+// (matplotlib's own dependency); a text file named .png; and the chart
+// cut in half, as a program killed mid-write leaves it.
+func chartRun(t *testing.T, cs *sdk.ClientSession, stderr *syncBuffer) *mcpResult {
+	t.Helper()
+	code := `
+import pandas as pd, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from PIL import Image
+df = pd.read_csv("/tmp/input/sales.csv")
+print(df["sales"].sum())
+df.plot(x="region", y="sales", kind="bar").get_figure().savefig("/tmp/output/chart.png")
+df.to_csv("/tmp/output/copy.csv", index=False)
+chart = open("/tmp/output/chart.png", "rb").read()
+open("/tmp/output/cut.png", "wb").write(chart[:len(chart) // 2])
+open("/tmp/output/fake.png", "w").write("this is text, not a picture\n")
+photo = Image.new("RGB", (64, 48))
+photo.putdata([(x * 4, y * 5, 128) for y in range(48) for x in range(64)])
+photo.save("/tmp/output/photo.jpg", quality=85)
+photo.save("/tmp/output/photo.webp")
+`
+	r := goCall(t, cs, map[string]any{"code": code, "image": "data", "timeout_s": 30, "return_files": true,
+		"files": []any{map[string]any{"name": "sales.csv", "content": "region,sales\nnorth,120\nsouth,80\n"}}})
+	if r.IsError || r.Execution.Capture.Stdout != "200\n" || r.Execution.Image.Name != "data" || r.Doc.Files == nil {
+		t.Fatalf("%.2000s\nstderr:\n%s", r.Text, stderr)
+	}
+	files := returnedFiles(t, r)
+	if !bytes.HasPrefix(files["chart.png"], []byte("\x89PNG")) || string(files["copy.csv"]) != "region,sales\nnorth,120\nsouth,80\n" {
+		t.Fatalf("chart.png %.8q, copy.csv %q", files["chart.png"], files["copy.csv"])
+	}
+	// The pictures follow the text in the files' order; cut.png and
+	// fake.png are not among them.
+	want := []struct{ name, mime string }{{"chart.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"photo.webp", "image/webp"}}
+	if len(r.Images) != len(want) {
+		t.Fatalf("%d images; want chart.png, photo.jpg, photo.webp; delivery %q", len(r.Images), r.Doc.Delivery.What)
+	}
+	for i, w := range want {
+		im := r.Images[i]
+		if im.MIMEType != w.mime || !bytes.Equal(im.Data, files[w.name]) {
+			t.Errorf("image %d: %s of %d bytes; want %s, the %d bytes of %s", i, im.MIMEType, len(im.Data), w.mime, len(files[w.name]), w.name)
+		}
+	}
+	chartSum := sha256.Sum256(r.Images[0].Data)
+	if receipted := receiptSHA256(r, "chart.png"); receipted != hex.EncodeToString(chartSum[:]) {
+		t.Errorf("the chart's image has sha256 %x; the receipt says %q", chartSum, receipted)
+	}
+	what := strings.Join(r.Doc.Delivery.What, "\n")
+	if !strings.Contains(what, "cut.png is not shown as an image (PNG: ") || strings.Contains(what, "fake.png") {
+		t.Errorf("delivery: %q", r.Doc.Delivery.What)
+	}
+	t.Logf("chart %d bytes, photo.jpg %d, photo.webp %d; delivery %q", len(files["chart.png"]), len(files["photo.jpg"]), len(files["photo.webp"]), r.Doc.Delivery.What)
+	return r
+}
+
+// checkTSSteps checks what a TypeScript client got for TestMCPWithVM's
+// steps, speaking rev, and returns the tool results (steps 2 to 5).
+func checkTSSteps(t *testing.T, out *tsOutput, rev string, chart, photo []byte) []*mcpResult {
+	t.Helper()
+	var list struct {
+		Tools []struct {
+			Name        string         `json:"name"`
+			InputSchema map[string]any `json:"inputSchema"`
+		} `json:"tools"`
+	}
+	json.Unmarshal(out.Results[0], &list)
+	if len(list.Tools) != 1 || list.Tools[0].Name != "run_python" {
+		t.Fatalf("tools/list: %s", out.Results[0])
+	}
+	var results []*mcpResult
+	for _, raw := range out.Results[1:] {
+		r := tsResult(t, raw)
+		var extras struct {
+			Meta map[string]any `json:"_meta"`
+		}
+		json.Unmarshal(raw, &extras)
+		checkServerInfo(t, rev, extras.Meta)
+		results = append(results, r)
+	}
+	run := results[0]
+	if run.IsError || run.Execution.Capture.Stdout != "hello\n" || run.Doc.Files == nil || len(*run.Doc.Files) != 1 {
+		t.Fatalf("run: %s", run.Text)
+	}
+	if f := (*run.Doc.Files)[0]; f.Name != "out.bin" || f.Encoding != "base64" || *f.Content != base64.StdEncoding.EncodeToString([]byte{0, 255, 1, 254}) {
+		t.Errorf("out.bin: %+v", f)
+	}
+	refused := results[1]
+	if !refused.IsError || refused.Doc.Error.Code != "invalid_arguments" || refused.Execution.Cleanup.Status != "NOT_ATTEMPTED" {
+		t.Errorf("refused: %s", refused.Text)
+	}
+	// The pictures come back as images too, in the files' order; the
+	// text named .png does not.
+	pics := results[2]
+	files := returnedFiles(t, pics)
+	if pics.IsError || len(files) != 3 || len(pics.Images) != 2 || pics.Doc.Delivery.Trimmed {
+		t.Fatalf("%d files, %d images: %.1000s", len(files), len(pics.Images), pics.Text)
+	}
+	for i, w := range []struct {
+		name, mime string
+		b          []byte
+	}{{"chart.png", "image/png", chart}, {"photo.jpg", "image/jpeg", photo}} {
+		if im := pics.Images[i]; im.MIMEType != w.mime || !bytes.Equal(im.Data, w.b) || !bytes.Equal(files[w.name], w.b) {
+			t.Errorf("image %d: %s of %d bytes; want %s as sent", i, im.MIMEType, len(im.Data), w.name)
+		}
+	}
+	if none := results[3]; none.IsError || len(none.Images) != 0 || none.Doc.Files != nil {
+		t.Errorf("return_files false: %d images: %.500s", len(none.Images), none.Text)
+	}
+	return results
 }
 
 type tsOutput struct {
@@ -984,17 +1170,29 @@ type tsOutput struct {
 	Results         []json.RawMessage `json:"results"`
 }
 
-// tsClient runs the TypeScript SDK's client (host/mcp/testdata/tsclient)
-// against `pybox mcp OPTS` with the given steps.
-func tsClient(t *testing.T, e *vmEnv, opts []string, steps []map[string]any) *tsOutput {
+// tsClient runs the client script of a TypeScript SDK, in dir under
+// host/mcp/testdata (tsclient: SDK 1.x; tsclient2: 2.x), against `pybox
+// mcp OPTS` with the given steps.
+func tsClient(t *testing.T, e *vmEnv, dir string, opts []string, steps []map[string]any) *tsOutput {
 	t.Helper()
-	dir, _ := filepath.Abs(filepath.Join("..", "host", "mcp", "testdata", "tsclient"))
-	node, err := exec.LookPath("node")
-	if _, serr := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil || serr != nil {
-		needs.Unavailable(t, "no node or no TypeScript SDK: run `make deps` (it runs npm ci in host/mcp/testdata/tsclient)")
+	dir, _ = filepath.Abs(filepath.Join("..", "host", "mcp", "testdata", dir))
+	if _, err := exec.LookPath("node"); err != nil {
+		needs.Unavailable(t, "no node: run `make deps`")
 	}
-	b, _ := json.Marshal(steps)
-	cmd := exec.Command(node, append([]string{filepath.Join(dir, "client.mjs"), string(b), "--", e.bin, "mcp"}, opts...)...)
+	var pkg struct {
+		Dependencies map[string]string `json:"dependencies"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil || json.Unmarshal(b, &pkg) != nil || len(pkg.Dependencies) == 0 {
+		t.Fatalf("%s/package.json names no SDK: %v", dir, err)
+	}
+	for name := range pkg.Dependencies {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", name, "package.json")); err != nil {
+			needs.Unavailable(t, fmt.Sprintf("no %s in %s: run `make deps` (it runs npm ci there)", name, dir))
+		}
+	}
+	b, _ = json.Marshal(steps)
+	cmd := exec.Command("node", append([]string{filepath.Join(dir, "client.mjs"), string(b), "--", e.bin, "mcp"}, opts...)...)
 	cmd.Env = e.env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

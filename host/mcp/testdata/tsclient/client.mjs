@@ -1,5 +1,5 @@
 // The official TypeScript MCP SDK as a client of `pybox mcp`, for the
-// end-to-end tests (cmd/pybox/mcp_e2e_test.go).
+// end-to-end tests (e2e/mcp_e2e_test.go).
 //
 //   node client.mjs STEPS -- COMMAND ARGS...
 //
