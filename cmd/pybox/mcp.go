@@ -37,7 +37,10 @@ ceilings an agent may ask for; the tool's schema shows them. With --data,
 an agent may name those data folders and its box sees them read-only at
 /data/NAME; with --output-dir, everything a program writes to /tmp/output
 is saved whole in DIR/RUN_ID/, never over an existing file. stdout carries
-protocol messages only; the server logs to stderr.
+protocol messages only; the server logs to stderr. It speaks MCP
+2026-07-28 (server/discover, no handshake) and, to clients that
+initialize, 2025-11-25 and the revisions before it; the limits (32 calls
+and 256 messages, one run at a time) are the connection's under all.
 
 `+"`pybox mcp config`"+` prints a ready-to-paste configuration for a client.`)
 	opts, code, ok := mcpOptions(fs, args)
