@@ -255,3 +255,12 @@ type Cleanup struct {
 	Status string `json:"status"`
 	Detail string `json:"detail,omitempty"`
 }
+
+// NothingRan is the cleanup of a request that never reached a box: none
+// was made, so none is left. Every side says "no result, nothing ran"
+// through it.
+func NothingRan() *Cleanup { return &Cleanup{Status: CleanupNotAttempted, Detail: "nothing ran"} }
+
+// Unknown is the cleanup of a run whose box's fate is not known (its
+// receipt did not come, or could not be read): why says which.
+func Unknown(why string) *Cleanup { return &Cleanup{Status: CleanupUnknown, Detail: why} }
