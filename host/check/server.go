@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/internal/pipes"
 	"pybox/host/version"
 )
 
@@ -43,16 +44,11 @@ func startServer(ctx context.Context, argv, env []string, protocol string, grace
 	// Our own pipes for stdout and stderr, read to their end: exec's
 	// would be closed by Wait as soon as the process exits, losing the
 	// last lines, which are the ones a check of a session's end reads.
-	stdout, stdoutW, err := os.Pipe()
+	ps, err := pipes.Make(2)
 	if err != nil {
 		return s, err
 	}
-	stderr, stderrW, err := os.Pipe()
-	if err != nil {
-		stdout.Close()
-		stdoutW.Close()
-		return s, err
-	}
+	stdout, stdoutW, stderr, stderrW := ps[0].R, ps[0].W, ps[1].R, ps[1].W
 	s.cmd.Stdout, s.cmd.Stderr = stdoutW, stderrW
 	stdin, err := s.cmd.StdinPipe()
 	if err == nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mdlayher/vsock"
 
+	"pybox/host/internal/pipes"
 	"pybox/host/jail"
 	"pybox/shared/archs"
 )
@@ -534,24 +535,11 @@ func (c jailCmd) Pid() int    { return c.Process().Pid }
 func (c jailCmd) Kill() error { return c.Process().Signal(syscall.SIGKILL) }
 
 func startQEMU(launch func(stdio) launcher, cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
-	inR, inW, err := os.Pipe()
+	ps, err := pipes.Make(3)
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		return nil, err
-	}
+	inR, inW, outR, outW, errR, errW := ps[0].R, ps[0].W, ps[1].R, ps[1].W, ps[2].R, ps[2].W
 	cmd := launch(stdio{inR, outW, errW})
 
 	m := &Machine{Accel: a.Accel, Kind: cfg.Machine, Channel: "virtio-serial", done: make(chan struct{})}

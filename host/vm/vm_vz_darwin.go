@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/Code-Hex/vz/v3"
+
+	"pybox/host/internal/pipes"
 )
 
 // NOTE: nothing in this file has run on a Mac yet. It is type-checked
@@ -360,17 +362,11 @@ type vzConsole struct {
 }
 
 func newVZConsole() (*vzConsole, error) {
-	guestIn, typed, err := os.Pipe()
+	ps, err := pipes.Make(2)
 	if err != nil {
 		return nil, err
 	}
-	output, guestOut, err := os.Pipe()
-	if err != nil {
-		guestIn.Close()
-		typed.Close()
-		return nil, err
-	}
-	return &vzConsole{guestIn: guestIn, typed: typed, guestOut: guestOut, output: output}, nil
+	return &vzConsole{guestIn: ps[0].R, typed: ps[0].W, output: ps[1].R, guestOut: ps[1].W}, nil
 }
 
 func (c *vzConsole) Read(p []byte) (int, error)  { return c.output.Read(p) }
