@@ -28,7 +28,7 @@ const (
 	keepPrecancels = 16 // cancels that arrived before their run
 )
 
-// Runner runs one program in a fresh box; *box.Box is the real one.
+// Runner runs one program in a fresh box; *box.Runner is the real one.
 type Runner interface {
 	// Run runs r and returns its result; a cancelled ctx ends the run
 	// with status cancelled. It is never called twice at once. A run

@@ -20,7 +20,7 @@ func (quickRunner) Healthy() error { return nil }
 
 func (quickRunner) Progress() *wire.RunProgress { return nil }
 
-func (quickRunner) Abort(string) wire.Cleanup { return wire.Cleanup{Status: wire.CleanupUnknown} }
+func (quickRunner) Abort(string) wire.Cleanup { return *wire.Unknown("the quick runner keeps no box") }
 
 func (quickRunner) Warm() []wire.WarmBox { return nil }
 

@@ -108,8 +108,12 @@ func (a *Agent) handleHello(c *conn, m *wire.Message) bool {
 	return true
 }
 
-// handleRun checks a run and starts it, or answers why not. Nothing is
-// queued: a run while another runs is busy at once.
+// handleRun checks a run and starts it, or answers why not. It is the
+// guest's one check of a run: every rule of the contract, through
+// wire.Run.Check (its input files' among them), then what only this VM
+// can say (its images, its data folders, whether it takes runs now). The
+// box takes what passes as given. Nothing is queued: a run while another
+// runs is busy at once.
 func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
 	var e *wire.Error
 	if err := r.Check(); err != nil {
@@ -123,7 +127,7 @@ func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
 	}
 	if e != nil {
 		// Nothing of this run was made, and the host should say so.
-		e.Cleanup = &wire.Cleanup{Status: wire.CleanupNotAttempted}
+		e.Cleanup = wire.NothingRan()
 		c.send(&wire.Message{Type: wire.TypeError, ID: id, Error: e})
 	}
 }
@@ -312,7 +316,7 @@ func (a *Agent) runBox(ctx context.Context, r *wire.Run, emit func(*wire.OutputC
 	res = a.cfg.Runner.Run(ctx, r, emit)
 	if res == nil {
 		return nil, &wire.Error{Code: wire.ErrInternal, Message: "the box returned no result",
-			Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}}
+			Cleanup: wire.Unknown("the box returned no result, so nothing says whether its box is gone")}
 	}
 	return res, nil
 }

@@ -35,15 +35,16 @@ type Config struct {
 	Warm bool
 }
 
-// Box runs one program at a time, each in a fresh sealed box. Its
-// methods are safe for concurrent use; runs are serialised.
-type Box struct {
+// Runner is the guest's runner of boxes: it runs one program at a time,
+// each in a fresh sealed box, and keeps the warm boxes ready. Its methods
+// are safe for concurrent use; runs are serialised.
+type Runner struct {
 	cfg     Config
 	paths   paths
 	wait    func(pid int) (unix.WaitStatus, *unix.Rusage)
 	agentNS map[string]uint64
 
-	run sync.Mutex // held for the whole of a run
+	turn sync.Mutex // a run's turn: held for the whole of Run, so runs never overlap
 
 	mu    sync.Mutex
 	left  []leftover // what failed cleanups left; runs are refused while there is any
@@ -69,16 +70,16 @@ var guestPaths = paths{
 	cgroups: "/sys/fs/cgroup/runs",
 }
 
-// New returns a Box for the images the guest mounted. The agent must
+// New returns a Runner for the images the guest mounted. The agent must
 // have started the reaper (reap.Start): the box collects its processes
 // with reap.Wait.
-func New(cfg Config) *Box {
-	b := &Box{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces()}
+func New(cfg Config) *Runner {
+	b := &Runner{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces()}
 	b.warm.init(cfg.Warm)
 	return b
 }
 
-func (b *Box) logf(format string, args ...any) {
+func (b *Runner) logf(format string, args ...any) {
 	if b.cfg.Logf != nil {
 		b.cfg.Logf(format, args...)
 	}
@@ -86,7 +87,7 @@ func (b *Box) logf(format string, args ...any) {
 
 // takeSlot reserves the host ids of a box (see hostIDs); -1 when every
 // slot is in use.
-func (b *Box) takeSlot() int {
+func (b *Runner) takeSlot() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, used := range b.slots {
@@ -98,7 +99,7 @@ func (b *Box) takeSlot() int {
 	return -1
 }
 
-func (b *Box) freeSlot(n int) {
+func (b *Runner) freeSlot(n int) {
 	if n < 0 {
 		return
 	}
@@ -123,11 +124,16 @@ func agentNamespaces() map[string]uint64 {
 // receipt, whose cleanup status says whether the box is confirmed gone.
 // Cancelling ctx kills the box; the receipt then says cancelled.
 //
+// r must have passed wire.Run.Check: the agent checks every run once,
+// before it reaches the box (agent.handleRun), and the box takes it as
+// given (its input files' names, its data folders, its bounds) rather
+// than check the same rules a second time.
+//
 // A run that asks for delivery (r.Deliver) has the files of its
 // /tmp/output streamed through emit, in chunks, before it returns.
-func (b *Box) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result {
-	b.run.Lock()
-	defer b.run.Unlock()
+func (b *Runner) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result {
+	b.turn.Lock()
+	defer b.turn.Unlock()
 	rn := b.newRun(r)
 	rn.emit = emit
 	if err := b.admit(r); err != nil {
@@ -156,14 +162,14 @@ func (b *Box) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk)
 	return rn.result()
 }
 
-func (b *Box) setCurrent(rn *run) {
+func (b *Runner) setCurrent(rn *run) {
 	b.mu.Lock()
 	b.cur = rn
 	b.mu.Unlock()
 }
 
 // Progress says where the run in progress is, or nil when none is.
-func (b *Box) Progress() *wire.RunProgress {
+func (b *Runner) Progress() *wire.RunProgress {
 	b.mu.Lock()
 	rn := b.cur
 	b.mu.Unlock()
@@ -185,12 +191,12 @@ func (b *Box) Progress() *wire.RunProgress {
 // its /tmp and removes what it can, then says what it could confirm. It
 // works from the run's id alone (the run's goroutine owns its state),
 // and that goroutine's own cleanup later finds what is already gone.
-func (b *Box) Abort(runID string) wire.Cleanup {
+func (b *Runner) Abort(runID string) wire.Cleanup {
 	b.mu.Lock()
 	rn := b.cur
 	b.mu.Unlock()
 	if rn == nil || rn.req.RunID != runID {
-		return wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the watchdog found the run no longer in progress"}
+		return *wire.Unknown("the watchdog found the run no longer in progress")
 	}
 	rn.mu.Lock()
 	boxID := rn.boxID
@@ -234,7 +240,7 @@ func (b *Box) Abort(runID string) wire.Cleanup {
 // admit checks what only the box knows before a box is made. The run
 // itself was checked once, by the agent, before it reached here (its
 // rules, its image and data folders, and the box's health).
-func (b *Box) admit(r *wire.Run) error {
+func (b *Runner) admit(r *wire.Run) error {
 	if _, ok := b.cfg.Images[r.Image]; !ok {
 		// The agent admits only the images this box was given.
 		return fmt.Errorf("this box was not given image %q", r.Image)
@@ -248,7 +254,7 @@ func (b *Box) admit(r *wire.Run) error {
 // Healthy is nil unless an earlier cleanup left part of a box behind.
 // Each call tries again to remove what is left; once it is all gone,
 // the box is healthy again.
-func (b *Box) Healthy() error {
+func (b *Runner) Healthy() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var still []leftover
@@ -269,7 +275,7 @@ func (b *Box) Healthy() error {
 
 // run is one run in progress.
 type run struct {
-	b   *Box
+	b   *Runner
 	req *wire.Run
 	rec wire.Receipt
 
@@ -334,7 +340,8 @@ func (m milestones) phases(started, exited time.Time) string {
 	return fmt.Sprintf("%.1f ms in all: %s (ms)", float64(m.cleaned.Sub(m.begun).Microseconds())/1000, strings.Join(parts, ", "))
 }
 
-func (b *Box) newRun(r *wire.Run) *run {
+// newRun starts the receipt of r, a checked run (see Run).
+func (b *Runner) newRun(r *wire.Run) *run {
 	img, ok := b.cfg.Images[r.Image]
 	if !ok {
 		img = wire.ImageInfo{Name: r.Image}
@@ -353,13 +360,10 @@ func (b *Box) newRun(r *wire.Run) *run {
 		},
 		Memory:     wire.Memory{LimitBytes: memoryMax, Reading: readingNone},
 		Pids:       wire.Pids{Max: pidsMax},
-		InputFiles: []wire.FileDigest{},
+		InputFiles: digestInputs(r.Files),
 		Data:       dataInfo(r.Data),
 		Output:     wire.Output{Returned: []wire.FileDigest{}, NotReturned: []wire.NotReturned{}},
-		Cleanup:    wire.Cleanup{Status: wire.CleanupNotAttempted},
-	}
-	if wire.CheckInputFiles(r.Files) == nil {
-		rn.rec.InputFiles = digestInputs(r.Files)
+		Cleanup:    *wire.NothingRan(),
 	}
 	return rn
 }
@@ -368,9 +372,6 @@ func (b *Box) newRun(r *wire.Run) *run {
 // gave them. Where each is on the host and what it holds is the host's to
 // say; it fills those in itself when the receipt reaches it.
 func dataInfo(in []wire.DataFolder) []wire.DataFolder {
-	if len(in) > wire.MaxDataFolders {
-		in = in[:wire.MaxDataFolders]
-	}
 	if len(in) == 0 {
 		return nil
 	}
@@ -499,7 +500,7 @@ func (rn *run) makeCold(ctx context.Context) bool {
 
 // childConfig is what box-init gets for a box of image, with the staging
 // tmpfs tmp as its /tmp, that runs argv.
-func (b *Box) childConfig(image, tmp string, argv []string, data []wire.DataFolder) childConfig {
+func (b *Runner) childConfig(image, tmp string, argv []string, data []wire.DataFolder) childConfig {
 	root := b.paths.images + "/" + image
 	cfg := childConfig{
 		Root: root, Staging: tmp, Argv: argv, Env: programEnv(runtime.GOARCH, b.cfg.Accel),
@@ -511,7 +512,7 @@ func (b *Box) childConfig(image, tmp string, argv []string, data []wire.DataFold
 }
 
 // dataMounts are where the agent has the data folders a run names.
-func (b *Box) dataMounts(data []wire.DataFolder) []dataMount {
+func (b *Runner) dataMounts(data []wire.DataFolder) []dataMount {
 	var out []dataMount
 	for _, d := range data {
 		out = append(out, dataMount{Name: d.Name, Source: b.paths.data + "/" + d.Name})
@@ -727,7 +728,7 @@ func (rn *run) measure() {
 func (rn *run) cleanup() wire.Cleanup {
 	if rn.st == nil && rn.cg == nil {
 		rn.b.freeSlot(rn.slot)
-		return wire.Cleanup{Status: wire.CleanupNotAttempted}
+		return *wire.NothingRan()
 	}
 	return rn.b.removeBox(rn.req.RunID, rn.cg, rn.st, rn.empty, rn.slot)
 }
@@ -735,7 +736,7 @@ func (rn *run) cleanup() wire.Cleanup {
 // removeBox removes a box's tmpfs and cgroup, then checks that they are
 // gone: only then is it REMOVED. What is left is remembered, and runs are
 // refused until a later attempt removes it. Its slot is free again.
-func (b *Box) removeBox(id string, cg *runCgroup, st *staging, empty bool, slot int) wire.Cleanup {
+func (b *Runner) removeBox(id string, cg *runCgroup, st *staging, empty bool, slot int) wire.Cleanup {
 	defer b.freeSlot(slot)
 	var errs []string
 	if cg != nil && !empty {

@@ -1,7 +1,7 @@
 // Package box runs one program in a fresh sealed box and writes its
 // receipt.
 //
-// The parent side ([Box.Run], in the agent, real root in the guest) makes
+// The parent side ([Runner.Run], in the agent, real root in the guest) makes
 // the run's cgroup and a staging tmpfs for its /tmp, starts the box's
 // first process, bounds and measures it, kills whatever is left, collects
 // /tmp/output, removes the box and checks that it is gone.

@@ -90,8 +90,8 @@ func findImage() (string, error) {
 	return imageRoot, imageErr
 }
 
-// hostBox returns a Box whose image is the directory named by imageEnv.
-func hostBox(t *testing.T) *Box {
+// hostRunner returns a Runner whose image is the directory named by imageEnv.
+func hostRunner(t *testing.T) *Runner {
 	t.Helper()
 	needs.Root(t, "running a box")
 	root, err := findImage()
@@ -105,7 +105,7 @@ func hostBox(t *testing.T) *Box {
 		os.Chmod(d, 0o711)
 	}
 	name := filepath.Base(root)
-	return &Box{
+	return &Runner{
 		cfg:     Config{Images: map[string]wire.ImageInfo{name: {Name: name, Digest: "test"}}, Agent: wire.AgentInfo{Version: "test"}},
 		paths:   paths{exe: "/proc/self/exe", images: filepath.Dir(root), staging: staging},
 		wait:    wait4,
@@ -127,7 +127,7 @@ func wait4(pid int) (unix.WaitStatus, *unix.Rusage) {
 
 var runs atomic.Int64
 
-func hostRun(t *testing.T, b *Box, ctx context.Context, code string, edit func(*wire.Run)) *wire.Result {
+func hostRun(t *testing.T, b *Runner, ctx context.Context, code string, edit func(*wire.Run)) *wire.Result {
 	t.Helper()
 	r := &wire.Run{
 		RunID: fmt.Sprintf("host-%d", runs.Add(1)), Code: code, Image: filepath.Base(imageRoot),
@@ -151,7 +151,7 @@ func hostRun(t *testing.T, b *Box, ctx context.Context, code string, edit func(*
 }
 
 func TestHostRunPrints(t *testing.T) {
-	b := hostBox(t)
+	b := hostRunner(t)
 	res := hostRun(t, b, context.Background(), "print('hello from the box')", nil)
 	rec := res.Receipt
 	if rec.Status != wire.StatusOK || *rec.ExitCode != 0 || rec.Capture.Stdout != "hello from the box\n" {
@@ -166,7 +166,7 @@ func TestHostRunPrints(t *testing.T) {
 }
 
 func TestHostRunExitAndException(t *testing.T) {
-	b := hostBox(t)
+	b := hostRunner(t)
 	rec := hostRun(t, b, context.Background(), "import sys; sys.exit(3)", nil).Receipt
 	if rec.Status != wire.StatusError || *rec.ExitCode != 3 {
 		t.Errorf("exit 3: %s %v %s", rec.Status, rec.ExitCode, rec.Reason)
@@ -240,7 +240,7 @@ print(json.dumps(out))
 `
 
 func TestHostRunSealed(t *testing.T) {
-	b := hostBox(t)
+	b := hostRunner(t)
 	res := hostRun(t, b, context.Background(), sealedProbe, func(r *wire.Run) {
 		r.Files = []wire.InputFile{{Name: "in.txt", Content: []byte("input data")}}
 		r.ReturnFiles = true
@@ -297,7 +297,7 @@ func TestHostRunSealed(t *testing.T) {
 }
 
 func TestHostRunTimeout(t *testing.T) {
-	b := hostBox(t)
+	b := hostRunner(t)
 	start := time.Now()
 	rec := hostRun(t, b, context.Background(), "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass",
 		func(r *wire.Run) { r.TimeoutSeconds = 1 }).Receipt
@@ -310,7 +310,7 @@ func TestHostRunTimeout(t *testing.T) {
 }
 
 func TestHostRunCancel(t *testing.T) {
-	b := hostBox(t)
+	b := hostRunner(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(500*time.Millisecond, cancel)
 	rec := hostRun(t, b, ctx, "import time; time.sleep(60)", nil).Receipt
@@ -320,7 +320,7 @@ func TestHostRunCancel(t *testing.T) {
 }
 
 func TestHostRunFloodAndDaemon(t *testing.T) {
-	b := hostBox(t)
+	b := hostRunner(t)
 	code := `
 import os, sys, time
 if os.fork() == 0:
@@ -354,7 +354,7 @@ sys.stderr.buffer.write(b'\xff' * (64 << 20))
 // An image without python3: box-init seals the box, then exec fails;
 // the receipt says refused with the step, and nothing ran.
 func TestHostRunRefusedWithoutPython(t *testing.T) {
-	b := hostBox(t)
+	b := hostRunner(t)
 	empty := filepath.Join(t.TempDir(), "empty")
 	for _, d := range []string{"tmp", "dev", "proc"} {
 		if err := os.MkdirAll(filepath.Join(empty, d), 0o755); err != nil {
@@ -378,7 +378,7 @@ func TestHostRunRefusedWithoutPython(t *testing.T) {
 // A run the box's admission refuses makes nothing and says so. (The
 // run's rules are the agent's to check, before the box.)
 func TestRunRefusedBeforeStart(t *testing.T) {
-	b := &Box{cfg: Config{Images: map[string]wire.ImageInfo{"stdlib": {Name: "stdlib"}}}, paths: paths{staging: t.TempDir()}}
+	b := &Runner{cfg: Config{Images: map[string]wire.ImageInfo{"stdlib": {Name: "stdlib"}}}, paths: paths{staging: t.TempDir()}}
 	for name, r := range map[string]*wire.Run{
 		"no such image": {RunID: "r1", Code: "pass", Image: "data", TimeoutSeconds: 1, MaxOutputBytes: 10},
 	} {
@@ -393,7 +393,7 @@ func TestRunRefusedBeforeStart(t *testing.T) {
 // the box refuse runs until a later attempt succeeds.
 func TestCleanupFailureAndRecovery(t *testing.T) {
 	needs.Root(t, "mounting the staging tmpfs")
-	b := &Box{paths: paths{staging: t.TempDir()}}
+	b := &Runner{paths: paths{staging: t.TempDir()}}
 	st, err := makeStaging(b.paths.staging, "stuck", "/nonexistent-image", nil, slotIDs(0))
 	if err != nil {
 		t.Fatal(err)

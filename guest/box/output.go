@@ -44,8 +44,10 @@ type collector struct {
 	out    wire.Output
 	hash   []pending
 
-	stop func() bool // true once the deadline passed or the run was cancelled
-	over bool        // stop said true at least once
+	ctx      context.Context // the run's: once it is done, the collection stops
+	deadline time.Time       // the phase's allowance ends
+	over     bool            // stop said true at least once
+	why      string          // why it stopped, once over
 	// Counted once over: names not looked at, files not read or hashed
 	// to their end.
 	skipped, unfinished int
@@ -64,18 +66,7 @@ type pending struct {
 // listed as not returned, with the reason. overrun is "" when it
 // finished, else what it left undone.
 func collectOutput(ctx context.Context, tmp string, returnFiles bool, deadline time.Time) (files []wire.OutputFile, out wire.Output, overrun string) {
-	c := &collector{ask: returnFiles, budget: wire.MaxReturnedFileBytes}
-	why := ""
-	c.stop = func() bool {
-		switch {
-		case c.over:
-		case ctx.Err() != nil:
-			c.over, why = true, "the run was cancelled"
-		case !time.Now().Before(deadline):
-			c.over, why = true, "its allowance ran out"
-		}
-		return c.over
-	}
+	c := &collector{ctx: ctx, deadline: deadline, ask: returnFiles, budget: wire.MaxReturnedFileBytes}
 	c.out = wire.Output{Returned: []wire.FileDigest{}, NotReturned: []wire.NotReturned{}}
 	names, more, err := c.open(tmp)
 	if err != nil {
@@ -95,9 +86,23 @@ func collectOutput(ctx context.Context, tmp string, returnFiles bool, deadline t
 	}
 	if c.over {
 		overrun = fmt.Sprintf("output: collecting /tmp/output stopped (%s): %d names not looked at, %d files not read or hashed to the end",
-			why, c.skipped, c.unfinished)
+			c.why, c.skipped, c.unfinished)
 	}
 	return c.files, c.out, overrun
+}
+
+// stop says whether the walk must stop: the deadline passed or the run
+// was cancelled. Once it has said so it keeps saying so, and c.why says
+// which came first.
+func (c *collector) stop() bool {
+	switch {
+	case c.over:
+	case c.ctx.Err() != nil:
+		c.over, c.why = true, "the run was cancelled"
+	case !time.Now().Before(c.deadline):
+		c.over, c.why = true, "its allowance ran out"
+	}
+	return c.over
 }
 
 // open opens tmp/output as a directory, refusing a link in its place
@@ -337,18 +342,7 @@ type delivery struct {
 // What it leaves out is listed (the first 16) with the reason.
 func deliverOutput(ctx context.Context, tmp string, d *wire.Deliver, emit emitFunc, deadline time.Time) delivery {
 	var res delivery
-	c := &collector{}
-	why := ""
-	c.stop = func() bool {
-		switch {
-		case c.over:
-		case ctx.Err() != nil:
-			c.over, why = true, "the run was cancelled"
-		case !time.Now().Before(deadline):
-			c.over, why = true, "its allowance ran out"
-		}
-		return c.over
-	}
+	c := &collector{ctx: ctx, deadline: deadline}
 	note := func(name, reason string, bytes int64) {
 		if len(res.notDelivered) >= wire.MaxListedNotReturned {
 			res.notListed++
@@ -403,7 +397,7 @@ func deliverOutput(ctx context.Context, tmp string, d *wire.Deliver, emit emitFu
 		}
 	}
 	if c.over {
-		res.overrun = fmt.Sprintf("deliver: streaming /tmp/output stopped (%s): %d of %d files delivered", why, len(res.delivered), len(names)+more)
+		res.overrun = fmt.Sprintf("deliver: streaming /tmp/output stopped (%s): %d of %d files delivered", c.why, len(res.delivered), len(names)+more)
 	}
 	return res
 }

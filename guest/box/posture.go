@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"pybox/shared/mountinfo"
 	"pybox/shared/wire"
 )
 
@@ -186,12 +187,7 @@ func nsInode(link string) (uint64, bool) {
 // unexpectedMounts lists the mount points in a mountinfo file that are
 // not the box's own.
 func unexpectedMounts(path string, data []dataMount) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	points, err := mountPoints(bufio.NewScanner(f))
+	points, err := mountinfo.Read(path)
 	var extra []string
 	for _, mp := range points {
 		if !boxMounts[mp] && !isDataMount(mp, data) {
@@ -213,36 +209,4 @@ func isDataMount(mp string, data []dataMount) bool {
 		}
 	}
 	return false
-}
-
-// mountPoints reads field 5 of each mountinfo line, unescaping the octal
-// escapes the kernel writes for spaces and the like.
-func mountPoints(sc *bufio.Scanner) ([]string, error) {
-	var points []string
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		points = append(points, unescapeMount(fields[4]))
-	}
-	return points, sc.Err()
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -148,7 +148,7 @@ func TestProgramEnvOpenBLASCoreType(t *testing.T) {
 // where they are on the host and what they hold is the host's to fill in,
 // whatever a request carried.
 func TestReceiptDataNamesOnly(t *testing.T) {
-	b := &Box{cfg: Config{Images: map[string]wire.ImageInfo{"stdlib": {Name: "stdlib"}}, Data: []string{"sales"}}, paths: paths{staging: t.TempDir()}}
+	b := &Runner{cfg: Config{Images: map[string]wire.ImageInfo{"stdlib": {Name: "stdlib"}}, Data: []string{"sales"}}, paths: paths{staging: t.TempDir()}}
 	r := &wire.Run{RunID: "r1", Code: "pass", Image: "none", TimeoutSeconds: 1, MaxOutputBytes: 10,
 		Data: []wire.DataFolder{{Name: "sales", HostPath: "/home/u/sales", Files: 3, Bytes: 99, Digest: "ab", LeftOut: []string{"1 symbolic link"}}}}
 	rec := b.Run(t.Context(), r, nil).Receipt

@@ -9,4 +9,4 @@ const benchBuild = false
 
 // skips says which of the last two seals a run leaves out: none, ever,
 // in this build.
-func (b *Box) skips() (posture, seccomp bool) { return false, false }
+func (b *Runner) skips() (posture, seccomp bool) { return false, false }

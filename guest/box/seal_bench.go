@@ -29,7 +29,7 @@ var sealModes = []string{SealFull, SealNoPosture, SealNeither}
 var sealMode atomic.Pointer[string]
 
 // Seal is the mode the next run will use.
-func (b *Box) Seal() string {
+func (b *Runner) Seal() string {
 	if m := sealMode.Load(); m != nil {
 		return *m
 	}
@@ -37,7 +37,7 @@ func (b *Box) Seal() string {
 }
 
 // SetSeal sets the mode of the runs that start from now on.
-func (b *Box) SetSeal(mode string) error {
+func (b *Runner) SetSeal(mode string) error {
 	if !slices.Contains(sealModes, mode) {
 		return fmt.Errorf("unknown seal mode %q: want one of %s", mode, strings.Join(sealModes, ", "))
 	}
@@ -45,7 +45,7 @@ func (b *Box) SetSeal(mode string) error {
 	return nil
 }
 
-func (b *Box) skips() (posture, seccomp bool) {
+func (b *Runner) skips() (posture, seccomp bool) {
 	switch b.Seal() {
 	case SealNoPosture:
 		return true, false

@@ -7,7 +7,7 @@ import "testing"
 // The benchmark build switches the seal per run, and box-init accepts
 // what it is switched to.
 func TestSealModes(t *testing.T) {
-	b := &Box{}
+	b := &Runner{}
 	defer b.SetSeal(SealFull)
 	for _, c := range []struct {
 		mode             string

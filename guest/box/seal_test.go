@@ -13,7 +13,7 @@ func goodConfig() childConfig {
 
 // Every build but the benchmark one seals every box: a configuration
 // that asks box-init to leave out the posture check or the seccomp
-// filter is refused before any step runs, and the Box never asks.
+// filter is refused before any step runs, and the Runner never asks.
 func TestEveryBoxIsSealed(t *testing.T) {
 	if err := goodConfig().check(); err != nil {
 		t.Fatalf("a good configuration: %v", err)
@@ -29,7 +29,7 @@ func TestEveryBoxIsSealed(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if posture, seccomp := (&Box{}).skips(); posture || seccomp {
+	if posture, seccomp := (&Runner{}).skips(); posture || seccomp {
 		t.Errorf("the box skips posture %v, seccomp %v", posture, seccomp)
 	}
 	if incomplete := (childConfig{Argv: []string{"python3"}}); incomplete.check() == nil {

@@ -3,7 +3,6 @@
 package box
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -11,11 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"pybox/guest/imagefs"
+	"pybox/shared/mountinfo"
 	"pybox/shared/wire"
 )
 
@@ -199,21 +198,11 @@ func (s *staging) leftovers() []string {
 	return left
 }
 
-// mountsUnder lists the mount points in a mountinfo file at or below dir.
-func mountsUnder(mountinfo, dir string) ([]string, error) {
-	f, err := os.Open(mountinfo)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	points, err := mountPoints(bufio.NewScanner(f))
-	var under []string
-	for _, mp := range points {
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			under = append(under, mp)
-		}
-	}
-	return under, err
+// mountsUnder lists the mount points in the mount table at path that are
+// at or below dir.
+func mountsUnder(path, dir string) ([]string, error) {
+	points, err := mountinfo.Read(path)
+	return mountinfo.Under(points, dir), err
 }
 
 // digestInputs names each input file with its size and sha256.

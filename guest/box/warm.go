@@ -75,15 +75,15 @@ type warmBox struct {
 	wanted     []string // the image's preload list, in order
 	fresh      int64    // what the box held that a program cannot free, once its interpreter was up (see unreclaimable)
 	spawned    time.Time
-	readyAt    time.Time // under Box.mu until done closes
-	importing  string    // under Box.mu: the module the preload is at
+	readyAt    time.Time // under Runner.mu until done closes
+	importing  string    // under Runner.mu: the module the preload is at
 	preloaded  []string
 	made       chan struct{} // closed once the box exists (box-init spawned) or has failed
 	preloading chan struct{} // closed once the launcher's interpreter is up and it may get the program
 	done       chan struct{} // closed once it is ready or has failed
 	taken      chan struct{} // closed when a run takes it
 	err        error         // why it failed; set before made or done closes
-	discarded  bool          // under Box.mu: discard ran
+	discarded  bool          // under Runner.mu: discard ran
 }
 
 // exists says whether the box was made (its cgroup may be read), without
@@ -97,7 +97,7 @@ func (wb *warmBox) exists() bool {
 	}
 }
 
-// pool is the Box's warm boxes, under Box.mu.
+// pool is the Runner's warm boxes, under Runner.mu.
 type pool struct {
 	enabled  bool
 	closed   bool
@@ -113,7 +113,7 @@ func (p *pool) init(enabled bool) {
 }
 
 // StartWarming makes a warm box for each image, in the background.
-func (b *Box) StartWarming() {
+func (b *Runner) StartWarming() {
 	for name := range b.cfg.Images {
 		b.replenish(name)
 	}
@@ -121,7 +121,7 @@ func (b *Box) StartWarming() {
 
 // replenish starts a warm box for image unless one is there, warming is
 // off, or the image has failed too often.
-func (b *Box) replenish(image string) {
+func (b *Runner) replenish(image string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := &b.warm
@@ -151,7 +151,7 @@ func (b *Box) replenish(image string) {
 }
 
 // warmUp makes wb and waits until its launcher is ready, or discards it.
-func (b *Box) warmUp(wb *warmBox) {
+func (b *Runner) warmUp(wb *warmBox) {
 	wb.spawned = time.Now()
 	err := b.makeWarm(wb)
 	if err == nil {
@@ -191,7 +191,7 @@ func (b *Box) warmUp(wb *warmBox) {
 // makeWarm makes the box: cgroup (at the warm CPU weight), /tmp with no
 // input yet, and box-init, which starts the image's python3 with the
 // launcher and gives it the agent's socket as fd 3.
-func (b *Box) makeWarm(wb *warmBox) error {
+func (b *Runner) makeWarm(wb *warmBox) error {
 	var err error
 	if wb.cg, err = makeCgroup(b.paths.cgroups, wb.id, cpuWeightWarm); err != nil {
 		return err
@@ -237,7 +237,7 @@ func (b *Box) makeWarm(wb *warmBox) error {
 // its interpreter up (the box's memory is read then, before the preload),
 // each module it imports, and "ready" (or "fail ..."), all within
 // warmLimit.
-func (b *Box) awaitReady(wb *warmBox) error {
+func (b *Runner) awaitReady(wb *warmBox) error {
 	deadline := time.Now().Add(warmLimit)
 	select {
 	case <-wb.proc.report.started:
@@ -301,7 +301,7 @@ func (wb *warmBox) write(msg string, deadline time.Time) error {
 
 // watchWarm discards a waiting box that dies (killed, or out of memory)
 // before a run takes it; the image runs cold until the next is ready.
-func (b *Box) watchWarm(wb *warmBox) {
+func (b *Runner) watchWarm(wb *warmBox) {
 	select {
 	case <-wb.taken:
 	case ws := <-wb.proc.exited:
@@ -329,7 +329,7 @@ func (b *Box) watchWarm(wb *warmBox) {
 // ctx's end) for the box to exist. It returns nil when there is none to
 // take, or the box is importing what the program does not need: the run
 // then makes a cold box, and why says why (empty for coldReason's).
-func (b *Box) takeWarm(ctx context.Context, image, code string, by time.Time) (wb *warmBox, why string) {
+func (b *Runner) takeWarm(ctx context.Context, image, code string, by time.Time) (wb *warmBox, why string) {
 	b.mu.Lock()
 	wb = b.warm.boxes[image]
 	b.mu.Unlock()
@@ -438,7 +438,7 @@ func readPreloadList(image string) ([]string, error) {
 }
 
 // coldReason says why a run of image got a cold box, for its receipt.
-func (b *Box) coldReason(image string) string {
+func (b *Runner) coldReason(image string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := &b.warm
@@ -455,7 +455,7 @@ func (b *Box) coldReason(image string) string {
 
 // discard removes a warm box that failed (or, failed false, was not
 // wanted), and notes why for the image's cold runs.
-func (b *Box) discard(wb *warmBox, why string, failed bool) {
+func (b *Runner) discard(wb *warmBox, why string, failed bool) {
 	b.mu.Lock()
 	if wb.discarded {
 		b.mu.Unlock()
@@ -686,7 +686,7 @@ func (s *staging) addInput(files []wire.InputFile) error {
 }
 
 // Warm says, for each image, how its warm box is.
-func (b *Box) Warm() []wire.WarmBox {
+func (b *Runner) Warm() []wire.WarmBox {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []wire.WarmBox
@@ -713,7 +713,7 @@ func (b *Box) Warm() []wire.WarmBox {
 }
 
 // Close discards every warm box and makes no more: the VM stops.
-func (b *Box) Close() {
+func (b *Runner) Close() {
 	b.mu.Lock()
 	b.warm.closed = true
 	var boxes []*warmBox
@@ -732,7 +732,7 @@ func (b *Box) Close() {
 // DiscardWarm discards image's warm box, ready or still in its preload,
 // as one that died would be (for the console, when a box is to be looked at anew);
 // the next one starts warming at once.
-func (b *Box) DiscardWarm(image string) error {
+func (b *Runner) DiscardWarm(image string) error {
 	b.mu.Lock()
 	wb := b.warm.boxes[image]
 	b.mu.Unlock()
@@ -770,7 +770,7 @@ func describeStatus(ws unix.WaitStatus) string {
 // killer would (for the console, to see the agent notice a box that
 // died): the agent discards it, counts it as a failure, and warms the
 // next.
-func (b *Box) KillWarm(image string) error {
+func (b *Runner) KillWarm(image string) error {
 	b.mu.Lock()
 	wb := b.warm.boxes[image]
 	b.mu.Unlock()

@@ -1,13 +1,13 @@
 package image
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
+
+	"pybox/shared/mountinfo"
 )
 
 // A build tree has mounts in it while mmdebstrap runs (/proc, /sys, /dev
@@ -22,45 +22,10 @@ func mountsUnder(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == real || strings.HasPrefix(mp, real+"/") {
-			out = append(out, mp)
-		}
-	}
+	points, err := mountinfo.Read("/proc/self/mountinfo")
+	out := mountinfo.Under(points, real)
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, err
 }
 
 // unmountUnder detaches every mount at or below dir.

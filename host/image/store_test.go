@@ -173,14 +173,6 @@ func TestResolveNotesOlderImages(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\134y`: `/x\y`, `/end\04`: `/end\04`} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // storeFakeArch puts a fake image called name, built for arch, into
 // home's store.
 func storeFakeArch(t *testing.T, home, name, arch string) *Meta {
