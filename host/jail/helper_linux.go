@@ -36,7 +36,7 @@ func Main() int {
 // spec, the jail of its mode, nothing inherited but the listener, no
 // privilege left, no changing a file's metadata, and the program.
 func run() error {
-	if err := supervisorAlive(); err != nil {
+	if err := supervisorAlive(lifeFD); err != nil {
 		return err
 	}
 	spec, err := readSpec()
@@ -70,7 +70,7 @@ func run() error {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return &os.SyscallError{Syscall: "prctl(PR_SET_PDEATHSIG)", Err: err}
 	}
-	if err := supervisorAlive(); err != nil {
+	if err := supervisorAlive(lifeFD); err != nil {
 		return err
 	}
 	argv := append([]string{spec.Program}, spec.Args...)
@@ -92,10 +92,11 @@ func readSpec() (*Spec, error) {
 	return &s, nil
 }
 
-// supervisorAlive checks the life pipe: the supervisor holds its write
-// end for as long as it lives, so a hang-up means it is gone.
-func supervisorAlive() error {
-	fds := []unix.PollFd{{Fd: lifeFD, Events: unix.POLLIN}}
+// supervisorAlive checks the life pipe, the read end at fd: the
+// supervisor holds its write end for as long as it lives, so a hang-up
+// means it is gone.
+func supervisorAlive(fd int) error {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for {
 		n, err := unix.Poll(fds, 0)
 		if errors.Is(err, unix.EINTR) {
