@@ -9,9 +9,9 @@ import (
 	"slices"
 	"syscall"
 
-	"pybox/host/check"
 	"pybox/host/escape"
 	"pybox/host/mcp"
+	"pybox/host/mcptest"
 )
 
 func init() {
@@ -50,7 +50,7 @@ after it is the command, for example
 	} else if len(pos) > 0 {
 		return usageError(fs, "unexpected argument %q (a server command goes after --server)", pos[0])
 	}
-	o := check.Options{VMDown: *vmDown, Data: mcp.ParseNames(*data)}
+	o := mcptest.Options{VMDown: *vmDown, Data: mcp.ParseNames(*data)}
 	var err error
 	if *outDir != "" {
 		o.OutputDir, err = filepath.Abs(*outDir)
@@ -86,9 +86,9 @@ after it is the command, for example
 	// An interrupt cancels the checks; their servers are stopped on the way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p := &check.Printer{W: os.Stdout, JSON: *asJSON, Verbose: *verbose}
-	passed, failed := check.Run(ctx, o, p.Print)
-	summary := check.Summary(passed, failed)
+	p := &mcptest.Printer{W: os.Stdout, JSON: *asJSON, Verbose: *verbose}
+	passed, failed := mcptest.Run(ctx, o, p.Print)
+	summary := mcptest.Summary(passed, failed)
 	if *asJSON {
 		fmt.Fprintln(os.Stderr, summary) // stdout holds only the checks' JSON
 	} else {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"pybox/host/image"
+	"pybox/host/mcp"
 	"pybox/host/vm"
 	"pybox/shared/archs"
 )
@@ -119,7 +120,7 @@ for the same architecture.`)
 			return usageError(fs, "%s is a built-in image: build it with no flags but --suite and --arch, or give your own image another name", name)
 		}
 		r, _ = image.BuiltIn(name, *suite)
-	} else if r, err = image.UserRecipe(name, *from, *suite, apt, wheels, adds, splitList(*preload)); err != nil {
+	} else if r, err = image.UserRecipe(name, *from, *suite, apt, wheels, adds, mcp.ParseNames(*preload)); err != nil {
 		return fail("%v", err)
 	}
 	b, err := newBuilder(*arch, *mirror, *noCache)

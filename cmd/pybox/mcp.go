@@ -121,7 +121,7 @@ func mcpOptions(fs *flag.FlagSet, args []string) (mcp.Options, int, bool) {
 
 // dialVM reaches the VM through its supervisor, never starting it.
 func dialVM(home string) mcp.Dialer {
-	return func(ctx context.Context) (mcp.Runner, error) {
+	return func(ctx context.Context) (mcp.VM, error) {
 		ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		defer cancel()
 		c, err := client.DialContext(ctx, home)

@@ -52,7 +52,7 @@ func runMain(args []string) int {
 	}
 	c, err := client.Dial(h)
 	if err != nil {
-		we := &wire.Error{Code: wire.ErrNoVM, Message: err.Error(), Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}}
+		we := &wire.Error{Code: wire.ErrNoVM, Message: err.Error(), Cleanup: wire.NothingRan()}
 		errors.As(err, &we) // the VM is not running, or it speaks another protocol
 		return runFailed(ra, we)
 	}
@@ -71,7 +71,7 @@ func runMain(args []string) int {
 		// the run is recorded there, so that the servers' total stays right.
 		if out, err = (outdir.Folder{Path: ra.out}).Admit(ra.run.RunID, outdir.Options{Dotfiles: ra.dotfiles}); err != nil {
 			return runFailed(ra, &wire.Error{Code: wire.ErrBadRequest, Message: fmt.Sprintf("--out %s: %v: check the folder, or choose another", ra.out, err),
-				Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}})
+				Cleanup: wire.NothingRan()})
 		}
 		take = out.Chunk
 	}
@@ -83,7 +83,7 @@ func runMain(args []string) int {
 	if errors.As(err, &we) {
 		return runFailed(ra, we)
 	} else if err != nil {
-		return runFailed(ra, &wire.Error{Code: wire.ErrInternal, Message: err.Error(), Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}})
+		return runFailed(ra, &wire.Error{Code: wire.ErrInternal, Message: err.Error(), Cleanup: wire.Unknown("the connection to the VM failed mid-run")})
 	}
 	return runDone(ra, res, out)
 }
@@ -186,24 +186,23 @@ func readLimited(path string, limit int64) ([]byte, error) {
 
 // runFailed reports a run that got no receipt.
 func runFailed(ra *runArgs, e *wire.Error) int {
-	cleanup := wire.CleanupUnknown
-	if e.Cleanup != nil {
-		cleanup = e.Cleanup.Status
+	cleanup := e.Cleanup
+	if cleanup == nil {
+		cleanup = wire.Unknown("the error said nothing of the box")
 	}
 	if ra.asJSON {
 		printJSON(map[string]any{"run_id": ra.run.RunID, "error": e})
 	}
-	fmt.Fprintf(os.Stderr, "pybox: run %s failed: %s (cleanup %s)\n", ra.run.RunID, escape.Line(e.Message), escape.Line(cleanup))
+	fmt.Fprintf(os.Stderr, "pybox: run %s failed: %s (cleanup %s)\n", ra.run.RunID, escape.Line(e.Message), escape.Line(cleanup.Status))
 	return exitFailure
 }
 
-// runDone prints a result, writes its files, and says whether it counts as
-// a success.
-func runDone(ra *runArgs, res *wire.Result, out *outdir.Dir) int {
+// runDone prints a result (host/client bounded it, as for pybox mcp),
+// writes its files, and says whether it counts as a success.
+func runDone(ra *runArgs, res *client.Result, out *outdir.Dir) int {
 	rc := &res.Receipt
-	escape.MarkCapture(&rc.Capture)
 	if ra.asJSON {
-		printJSON(res)
+		printJSON(&res.Result)
 	} else {
 		writeProgramOutput(os.Stdout, rc.Capture.Stdout, ra.raw)
 		writeProgramOutput(os.Stderr, rc.Capture.Stderr, ra.raw)
@@ -212,6 +211,9 @@ func runDone(ra *runArgs, res *wire.Result, out *outdir.Dir) int {
 		}
 	}
 	var notes []string
+	if res.Cut() {
+		notes = append(notes, "fields of the guest's receipt over their bounds were cut")
+	}
 	if out != nil {
 		saved, not := out.Finish(res.Receipt.Output.Delivered)
 		for _, f := range saved {
@@ -302,7 +304,7 @@ func summary(rc *wire.Receipt) []string {
 		lines = append(lines, fmt.Sprintf("process limit %d reached: %d forks refused", rc.Pids.Max, rc.Pids.LimitHit))
 	}
 	for _, n := range rc.Output.NotReturned {
-		lines = append(lines, fmt.Sprintf("not returned: %s (%s)", wire.EscapeName(n.Name), n.Reason))
+		lines = append(lines, fmt.Sprintf("not returned: %s (%s)", n.Name, n.Reason))
 	}
 	if rc.Output.NotListed > 0 {
 		lines = append(lines, fmt.Sprintf("not returned: %d more files not listed", rc.Output.NotListed))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"pybox/host/mcp"
 	"pybox/host/paths"
 	"pybox/host/service"
 	"pybox/host/vm"
@@ -80,7 +81,7 @@ func serviceSpec(fs *flag.FlagSet, images string, memory, cpus int, accel string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "images":
-			for _, n := range splitList(images) {
+			for _, n := range mcp.ParseNames(images) {
 				if err := wire.CheckImageName(n); err != nil && bad == nil {
 					bad = err
 				}

@@ -16,6 +16,7 @@ import (
 
 	"pybox/host/guestfiles"
 	"pybox/host/jail"
+	"pybox/host/mcp"
 	"pybox/host/paths"
 	"pybox/host/service"
 	"pybox/host/supervisor"
@@ -283,7 +284,7 @@ func startImages(home, arch, list string, files imageFiles) ([]vm.Image, error) 
 	var out []vm.Image
 	// With neither --images nor --image-file, the built-in images that
 	// are built (storeImages resolves no names to those).
-	if names := splitList(list); len(names) > 0 || len(files) == 0 {
+	if names := mcp.ParseNames(list); len(names) > 0 || len(files) == 0 {
 		ims, err := storeImages(home, arch, names)
 		if err != nil {
 			return nil, err
@@ -299,16 +300,6 @@ func startImages(home, arch, list string, files imageFiles) ([]vm.Image, error) 
 		out = append(out, f)
 	}
 	return out, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func imageList(ims []vm.Image) string {

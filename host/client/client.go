@@ -21,7 +21,7 @@ import (
 // its code and cleanup are read the same way as a refused run's; it is
 // shared, not to be changed.
 var ErrNoVM = &wire.Error{Code: wire.ErrNoVM, Message: "the VM is not running: start it with `pybox vm start`",
-	Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}}
+	Cleanup: wire.NothingRan()}
 
 // Timeouts of the client's own waits.
 const (
@@ -133,7 +133,7 @@ func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
 			// A supervisor started by another version of pybox, which
 			// runs on after an upgrade until the VM is restarted.
 			return nil, runError(wire.ErrProtocol, fmt.Sprintf("the running VM was started by a pybox that does not speak this one's protocol (%s): "+
-				"restart it with this pybox: `pybox vm stop`, then `pybox vm start`", we.Message), wire.CleanupNotAttempted)
+				"restart it with this pybox: `pybox vm stop`, then `pybox vm start`", we.Message), wire.NothingRan())
 		}
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (c *Client) Sealed() error {
 	return &wire.Error{Code: wire.ErrUnhealthy, Message: fmt.Sprintf(
 		"the VM runs the benchmark build of the guest agent (%s), whose boxes can be unsealed, so nothing is run on it: "+
 			"restart the VM with `pybox vm stop` and `pybox vm start` (without --initramfs, or with the one `make` builds)", c.hello.AgentVersion),
-		Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}}
+		Cleanup: wire.NothingRan()}
 }
 
 // Close ends the connection. A run still in flight is cancelled by the
@@ -211,9 +211,10 @@ func (c *Client) Cancel(ctx context.Context, runID string) error {
 	return nil
 }
 
-// Run runs one program and returns its result. When ctx ends first, Run
-// sends a cancel and still waits (up to CancelWait) for the receipt, which
-// then says cancelled, and returns it with a nil error.
+// Run runs one program and returns its result, bounded (see Result).
+// When ctx ends first, Run sends a cancel and still waits (up to
+// CancelWait) for the receipt, which then says cancelled, and returns it
+// with a nil error.
 //
 // Every run has a deadline, wire.HostDeadline of its timeout: the guest
 // keeps each phase of a run to its allowance, so a receipt that has not
@@ -223,32 +224,61 @@ func (c *Client) Cancel(ctx context.Context, runID string) error {
 // Every error is a *wire.Error whose Cleanup says what is known of the
 // box: NOT_ATTEMPTED when the request never reached the guest (or was
 // refused), UNKNOWN when contact was lost mid-run or no receipt came.
-func (c *Client) Run(ctx context.Context, r *Checked) (*wire.Result, error) {
+func (c *Client) Run(ctx context.Context, r *Checked) (*Result, error) {
 	return c.RunDeliver(ctx, r, nil)
 }
 
 // Checked is a run that passed the product's rules (wire.Run.Check).
 // Only CheckRun makes one, and the client sends nothing else: the host
 // checks a run once, where it is made (the MCP server for a tool call,
-// `pybox run` on the command line), and every hop after that trusts it.
+// `pybox run` on the command line), and every hop after that trusts it:
+// the supervisor reads only its frame's header, the guest checks it as
+// the guest checks every run.
 type Checked struct{ r wire.Run }
 
-// CheckRun checks r and keeps a copy of it, or says which rule it broke.
+// CheckRun is the host's one check of a run: the product's rules, the
+// same for `pybox mcp` and `pybox run` (a server checks its own, lower
+// ceilings first). It keeps a copy of r, whose lists the caller can no
+// longer change, or says which rule r broke.
 func CheckRun(r *wire.Run) (*Checked, error) {
 	if err := r.Check(); err != nil {
 		return nil, err
 	}
-	return &Checked{r: *r}, nil
+	return &Checked{r: copyRun(r)}, nil
 }
 
 // Run is a copy of the checked run.
-func (c *Checked) Run() wire.Run { return c.r }
+func (c *Checked) Run() wire.Run { return copyRun(&c.r) }
+
+// DeliverAtMost is c with its output delivery bounded by maxBytes too:
+// what a server learns only once it holds the VM (the room its output
+// folder has left). Lowering a bound breaks no rule.
+func (c *Checked) DeliverAtMost(maxBytes int64) *Checked {
+	n := &Checked{r: copyRun(&c.r)}
+	if n.r.Deliver != nil && maxBytes >= 0 && maxBytes < n.r.Deliver.MaxBytes {
+		n.r.Deliver.MaxBytes = maxBytes
+	}
+	return n
+}
+
+// copyRun is a copy of r that shares no list or pointer with it (input
+// files' contents are shared: no rule looks into them beyond their
+// length, which a copy of the list keeps).
+func copyRun(r *wire.Run) wire.Run {
+	c := *r
+	c.Files, c.Data = slices.Clone(r.Files), slices.Clone(r.Data)
+	if r.Deliver != nil {
+		d := *r.Deliver
+		c.Deliver = &d
+	}
+	return c
+}
 
 // RunDeliver is Run for a run that asks for its output streamed whole
 // (r.Deliver): each part of a file goes to output, in order, before Run
 // returns. Nothing here checks the parts: the caller holds them against
 // the receipt's Output.Delivered.
-func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*wire.OutputChunk)) (*wire.Result, error) {
+func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*wire.OutputChunk)) (*Result, error) {
 	run := checked.Run()
 	r := &run
 	limit := deadlineFor(r)
@@ -266,7 +296,7 @@ func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*
 	}
 	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, d)
 	if err != nil {
-		return nil, runError(wire.ErrNoVM, "sending the run: "+err.Error(), wire.CleanupNotAttempted)
+		return nil, runError(wire.ErrNoVM, "sending the run: "+err.Error(), wire.NothingRan())
 	}
 	defer c.forget(id)
 	var m *wire.Message
@@ -287,28 +317,26 @@ func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*
 			return nil, runError(wire.ErrNoReceipt, fmt.Sprintf(
 				"no receipt for run %s within its bound of %v (its %gs timeout plus %v for the box's setup, settling, output and cleanup, and %v for the way): "+
 					"the guest is not answering; the run was cancelled and its box's cleanup is unknown: see `pybox vm status`",
-				r.RunID, limit.Round(time.Second), r.TimeoutSeconds, wire.Allowance, wire.WatchdogGrace+wire.HostMargin), wire.CleanupUnknown)
+				r.RunID, limit.Round(time.Second), r.TimeoutSeconds, wire.Allowance, wire.WatchdogGrace+wire.HostMargin),
+				wire.Unknown("no receipt came within the run's bound"))
 		}
 	}
 	switch {
 	case m == nil:
 		return nil, c.lost(r.RunID)
 	case m.Type == wire.TypeError:
-		return nil, m.Error
+		return nil, boundError(m.Error)
 	case m.Type != wire.TypeReceipt:
-		return nil, runError(wire.ErrProtocol, "run answered with "+m.Type, wire.CleanupUnknown)
+		return nil, runError(wire.ErrProtocol, "run answered with "+m.Type, wire.Unknown("the guest answered the run with no receipt"))
 	case m.Result.Receipt.RunID != r.RunID:
-		return nil, runError(wire.ErrProtocol, "the guest answered with the receipt of another run ("+wire.EscapeName(m.Result.Receipt.RunID)+")", wire.CleanupUnknown)
+		return nil, runError(wire.ErrProtocol, "the guest answered with the receipt of another run ("+wire.EscapeName(m.Result.Receipt.RunID)+")",
+			wire.Unknown("the guest answered with the receipt of another run"))
 	}
-	// What the run saw of its data folders is the host's record, sent by
-	// the supervisor before the receipt: the guest was told their names
-	// only, and what it says of them proves nothing. A run that named
-	// none has none, whatever the guest claims.
-	m.Result.Receipt.Data = nil
-	if f := c.takeFacts(id); f != nil {
-		m.Result.Receipt.Data = f.Data
-	}
-	return m.Result, nil
+	// The receipt is this run's: here, once, it is bounded, and what the
+	// run saw of its data folders is put in from the host's record, sent
+	// by the supervisor before the receipt (the guest was told their
+	// names only, and what it says of them proves nothing).
+	return NewResult(m.Result, c.takeFacts(id)), nil
 }
 
 // deadlineFor is a run's deadline; tests shorten it.
@@ -329,16 +357,18 @@ func (c *Client) cancelAndWait(runID string, id uint64, ch chan *wire.Message, w
 		return nil, c.lost(runID)
 	case <-t.C:
 		c.forget(id)
-		return nil, runError(wire.ErrNoReceipt, fmt.Sprintf("run %s was cancelled, but no receipt came within %s", runID, wait), wire.CleanupUnknown)
+		return nil, runError(wire.ErrNoReceipt, fmt.Sprintf("run %s was cancelled, but no receipt came within %s", runID, wait),
+			wire.Unknown("no receipt came back after the cancel"))
 	}
 }
 
 func (c *Client) lost(runID string) error {
-	return runError(wire.ErrNoVM, fmt.Sprintf("lost the supervisor during run %s: %v", runID, c.cause()), wire.CleanupUnknown)
+	return runError(wire.ErrNoVM, fmt.Sprintf("lost the supervisor during run %s: %v", runID, c.cause()),
+		wire.Unknown("contact with the VM was lost mid-run"))
 }
 
-func runError(code, msg, cleanup string) *wire.Error {
-	return &wire.Error{Code: code, Message: msg, Cleanup: &wire.Cleanup{Status: cleanup}}
+func runError(code, msg string, cleanup *wire.Cleanup) *wire.Error {
+	return &wire.Error{Code: code, Message: msg, Cleanup: cleanup}
 }
 
 // call sends a request and waits for its answer; an error answer is
@@ -428,7 +458,8 @@ func (c *Client) takeFacts(id uint64) *wire.HostFacts {
 
 // read hands each answer to its caller until the connection ends. Every
 // frame is decoded strictly here, once: what the guest sent comes through
-// the supervisor as it was, and this is where the host distrusts it.
+// the supervisor as it was, and this is where the host distrusts it (a
+// run's receipt is then bounded by RunDeliver, through NewResult).
 func (c *Client) read() {
 	var err error
 	for {
@@ -450,7 +481,7 @@ func (c *Client) read() {
 				break
 			}
 			m = &wire.Message{Type: wire.TypeError, ID: id, Error: &wire.Error{Code: wire.ErrProtocol,
-				Message: "the answer could not be read: " + err.Error(), Cleanup: &wire.Cleanup{Status: wire.CleanupUnknown}}}
+				Message: "the answer could not be read: " + err.Error(), Cleanup: wire.Unknown("the answer could not be read")}}
 			err = nil
 		}
 		switch m.Type {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -25,7 +26,8 @@ import (
 // fakeGuest answers like the guest agent: pong, ok, and a receipt per run;
 // a run whose code is "wait" ends only when cancelled, one whose code is
 // "deaf" never ends: a guest stuck on it, and one whose code is "lie"
-// claims its data folders are elsewhere and larger than they are.
+// claims its data folders are elsewhere and larger than they are. Code
+// "hostile" gets a receipt over its bounds, "refuse" a long error.
 func fakeGuest(t *testing.T, conn net.Conn) {
 	var wmu sync.Mutex
 	write := func(m *wire.Message) {
@@ -67,6 +69,16 @@ func fakeGuest(t *testing.T, conn net.Conn) {
 				rc.Result.Receipt.Data = []wire.DataFolder{{Name: "sales", HostPath: "/", Bytes: 1 << 40}}
 			case "other":
 				rc.Result.Receipt.RunID = "someone-else"
+			case "hostile":
+				// Over the bounds, within a frame.
+				rc.Result.Receipt.Reason = strings.Repeat("r", 10<<10)
+				for i := range 1100 {
+					rc.Result.Receipt.Output.Delivered = append(rc.Result.Receipt.Output.Delivered, wire.FileDigest{Name: fmt.Sprint(i)})
+				}
+			case "refuse":
+				write(&wire.Message{Type: wire.TypeError, ID: m.ID, Error: &wire.Error{Code: wire.ErrBadRequest,
+					Message: strings.Repeat("m", 10<<10), Cleanup: &wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: strings.Repeat("d", 10<<10)}}})
+				continue
 			case "garbled":
 				// A receipt whose body no decoder takes.
 				wmu.Lock()
@@ -103,7 +115,7 @@ func serveHello(t *testing.T, hello wire.Hello) string { return serveWith(t, hel
 
 // serveWith is serveHello with what readies a run's data folders (see
 // supervisor.Relay.SetPrepare), when not nil.
-func serveWith(t *testing.T, hello wire.Hello, prepare func(*wire.Run) ([]wire.DataFolder, *wire.Error)) string {
+func serveWith(t *testing.T, hello wire.Hello, prepare func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error)) string {
 	home, err := os.MkdirTemp("", "pyboxc")
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +136,7 @@ func serveWith(t *testing.T, hello wire.Hello, prepare func(*wire.Run) ([]wire.D
 	if prepare != nil {
 		r.SetPrepare(prepare)
 	}
-	go r.Run()
+	go r.ReadGuest()
 	go r.Serve(l)
 	t.Cleanup(func() { l.Close(); r.Close(); guest.Close() })
 	return home
@@ -216,7 +228,7 @@ func TestHelloPingRun(t *testing.T) {
 func TestRunDataFromHost(t *testing.T) {
 	host := []wire.DataFolder{{Name: "sales", HostPath: "/home/u/sales", Files: 2, Bytes: 11, Digest: "d1"}}
 	home := serveWith(t, wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "fake"},
-		func(*wire.Run) ([]wire.DataFolder, *wire.Error) { return host, nil })
+		func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error) { return host, nil })
 	c, err := client.Dial(home)
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +266,16 @@ func TestClientDistrustsTheGuest(t *testing.T) {
 	res, err := c.Run(context.Background(), testRun("r-lie", "lie"))
 	if err != nil || res.Receipt.Status != wire.StatusOK || res.Receipt.Data != nil {
 		t.Fatalf("a run that named no folder: %v, data %+v", err, res.Receipt.Data)
+	}
+	// Every receipt that reaches a caller is bounded (see NewResult), and
+	// so is an error a run is answered with.
+	res, err = c.Run(context.Background(), testRun("r-hostile", "hostile"))
+	if err != nil || !res.Cut() || len(res.Receipt.Output.Delivered) != wire.MaxDeliveredFiles || !strings.HasSuffix(res.Receipt.Reason, "…") {
+		t.Errorf("a receipt over its bounds: %v, cut %v, %d delivered listed, reason of %d bytes", err, res.Cut(), len(res.Receipt.Output.Delivered), len(res.Receipt.Reason))
+	}
+	_, err = c.Run(context.Background(), testRun("r-refuse", "refuse"))
+	if we, ok := err.(*wire.Error); !ok || len(we.Message) > 2048+len("…") || we.Cleanup == nil || len(we.Cleanup.Detail) > 2048+len("…") {
+		t.Errorf("a long error: %.100v", err)
 	}
 }
 

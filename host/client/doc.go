@@ -3,6 +3,13 @@
 // Several clients may be connected at once; each may have several
 // requests in flight.
 //
+// It is the one place on the host that distrusts the guest: every frame
+// is decoded strictly, once, and a run's receipt is checked to be that
+// run's, bounded (every string and list the guest controls, to what the
+// contract allows; file names escaped) and given the host's own record
+// of the run's data folders (see Result). `pybox run`, `pybox mcp` and
+// `pybox check` all see that one bounded receipt.
+//
 // Errors are a *wire.Error when the supervisor or the guest answered with
 // one, and when the client itself knows the outcome: ErrNoVM when no
 // supervisor is running, a supervisor of another protocol, a run lost

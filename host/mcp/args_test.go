@@ -5,11 +5,29 @@ import (
 	"strings"
 	"testing"
 
+	"pybox/host/client"
 	"pybox/shared/wire"
 )
 
 func testOptions() Options {
 	return Options{Images: []string{"stdlib", "data"}, MaxTimeout: 10}
+}
+
+// admit takes a call's arguments as the server does: parseArgs (the
+// tool's rules and the server's ceilings), then client.CheckRun (the
+// product's rules, the host's one check of a run).
+func admit(raw []byte, o *Options) (*wire.Run, error) {
+	r, err := parseArgs(raw, o)
+	if err != nil {
+		return nil, err
+	}
+	r.RunID = wire.NewRunID("mcp-")
+	c, err := client.CheckRun(r)
+	if err != nil {
+		return nil, err
+	}
+	run := c.Run()
+	return &run, nil
 }
 
 func TestParseArgsAccepts(t *testing.T) {
@@ -35,7 +53,7 @@ func TestParseArgsAccepts(t *testing.T) {
 		{"unicode file name", `{"code":"x","files":[{"name":"données.csv","content":"1"}]}`, func(r *wire.Run) bool { return r.Files[0].Name == "données.csv" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := parseArgs([]byte(tc.args), &o)
+			r, err := admit([]byte(tc.args), &o)
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
@@ -104,7 +122,7 @@ func TestParseArgsRefuses(t *testing.T) {
 		{"image not allowed", `{"code":"x","image":"tools"}`, `image "tools" is not allowed`},
 		{"image a path", `{"code":"x","image":"../stdlib"}`, "not allowed"},
 		{"image in another case", `{"code":"x","image":"Stdlib"}`, "not allowed"},
-		{"17 files", filesArgs(17, 1), "more than 16 files"},
+		{"17 files", filesArgs(17, 1), "17 files; at most 16"},
 		{"256 KiB + 1", strings.Replace(filesArgs(16, wire.MaxInputBytes/16), `"content":"x`, `"content":"xx`, 1), "256 KiB"},
 		{"traversal", `{"code":"x","files":[{"name":"../../etc/passwd","content":""}]}`, "path separator"},
 		{"absolute", `{"code":"x","files":[{"name":"/etc/passwd","content":""}]}`, "path separator"},
@@ -135,7 +153,7 @@ func TestParseArgsRefuses(t *testing.T) {
 		{"bad JSON", `{"code" "x"}`, "not valid JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := parseArgs([]byte(tc.args), &o)
+			r, err := admit([]byte(tc.args), &o)
 			if err == nil {
 				t.Fatalf("accepted: %d bytes of code, image %q, timeout %v, %d files", len(r.Code), r.Image, r.TimeoutSeconds, len(r.Files))
 			}
@@ -163,8 +181,9 @@ func TestParseArgsFollowsOptions(t *testing.T) {
 	}
 }
 
-// FuzzParseArgs: whatever the client sends, the validator either refuses
-// it or returns a run that keeps every rule.
+// FuzzParseArgs: whatever the client sends, the server either refuses it
+// or admits a run within its ceilings (and, by client.CheckRun, within
+// every rule of the product).
 func FuzzParseArgs(f *testing.F) {
 	for _, s := range []string{
 		`{"code":"print(1)"}`,
@@ -177,19 +196,43 @@ func FuzzParseArgs(f *testing.F) {
 	}
 	o := testOptions()
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		r, err := parseArgs(raw, &o)
+		r, err := admit(raw, &o)
 		if err != nil {
 			if r != nil {
 				t.Fatal("a run with an error")
 			}
 			return
 		}
-		r.RunID = "fuzz"
-		if err := r.Check(); err != nil {
-			t.Fatalf("accepted a run the wire refuses: %v", err)
-		}
-		if err := checkRun(r, &o); err != nil {
+		if err := checkCeilings(r, &o); err != nil {
 			t.Fatalf("accepted a run over the server's ceilings: %v", err)
 		}
 	})
+}
+
+// The data argument is there only on a server with data folders, and
+// names only those, each once.
+func TestParseArgsData(t *testing.T) {
+	o := testOptions()
+	if _, err := admit([]byte(`{"code":"x","data":[]}`), &o); err == nil || !strings.Contains(err.Error(), `unknown argument "data"`) {
+		t.Errorf("data on a server without data folders: %v", err)
+	}
+	o.Data = []string{"sales", "logs"}
+	r, err := admit([]byte(`{"code":"x","data":["logs","sales"]}`), &o)
+	if err != nil || len(r.Data) != 2 || r.Data[0].Name != "logs" {
+		t.Fatalf("admitted %+v, %v", r, err)
+	}
+	for args, want := range map[string]string{
+		`{"code":"x","data":["secrets"]}`:                                  `data folder "secrets" is not allowed on this server: use one of sales, logs`,
+		`{"code":"x","data":["sales","sales"]}`:                            `data folder "sales" is named twice`,
+		`{"code":"x","data":null}`:                                         "data must be an array, not null",
+		`{"code":"x","data":"sales"}`:                                      "data must be an array, not a string",
+		`{"code":"x","data":[1]}`:                                          "data[0] must be a string, not a number",
+		`{"code":"x","files":[{"name":"a","content":"","encoding":null}]}`: "files[0].encoding must be a string, not null",
+		`{"code":"x","files":[{"name":"a","content":"","encoding":""}]}`:   `encoding "" is not known`,
+		`{"code":"x","files":null}`:                                        "files must be an array, not null",
+	} {
+		if _, err := admit([]byte(args), &o); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want %q", args, err, want)
+		}
+	}
 }

@@ -46,7 +46,7 @@ func newFakeVM() *fakeVM {
 	return &fakeVM{release: make(chan struct{}), started: make(chan string, 64), stopping: make(chan string, 64)}
 }
 
-func (v *fakeVM) dial(context.Context) (Runner, error) {
+func (v *fakeVM) dial(context.Context) (VM, error) {
 	if v.down {
 		return nil, errors.New("the VM is not running: start it with `pybox vm start`")
 	}
@@ -72,7 +72,17 @@ type fakeConn struct{ v *fakeVM }
 
 func (c fakeConn) Close() error { return nil }
 
-func (c fakeConn) RunDeliver(ctx context.Context, checked *client.Checked, output func(*wire.OutputChunk)) (*wire.Result, error) {
+// RunDeliver hands on the fake guest's answer as host/client does: bounded.
+func (c fakeConn) RunDeliver(ctx context.Context, checked *client.Checked, output func(*wire.OutputChunk)) (*client.Result, error) {
+	res, err := c.answer(ctx, checked, output)
+	if res == nil {
+		return nil, err
+	}
+	return taken(res), err
+}
+
+// answer is what the fake guest answers to a run.
+func (c fakeConn) answer(ctx context.Context, checked *client.Checked, output func(*wire.OutputChunk)) (*wire.Result, error) {
 	run := checked.Run()
 	r := &run
 	v := c.v

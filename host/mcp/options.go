@@ -57,7 +57,9 @@ func DefaultOptions() Options {
 		MaxDataBytes: DefaultMaxDataBytes, MaxOutputDirBytes: DefaultMaxOutputDirBytes, MaxOutputDirTotal: DefaultMaxOutputDirTotal}
 }
 
-// ParseNames parses a comma-separated list (--data).
+// ParseNames parses a comma-separated list of names, as every pybox
+// command takes one (--data, --images, --preload): space around a name
+// and empty names are dropped; nil when none is left.
 func ParseNames(list string) []string {
 	var names []string
 	for _, n := range strings.Split(list, ",") {
@@ -68,14 +70,9 @@ func ParseNames(list string) []string {
 	return names
 }
 
-// ParseImages parses --images: names separated by commas.
+// ParseImages parses --images: names separated by commas, at least one.
 func ParseImages(list string) ([]string, error) {
-	var names []string
-	for _, n := range strings.Split(list, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			names = append(names, n)
-		}
-	}
+	names := ParseNames(list)
 	if len(names) == 0 {
 		return nil, errors.New("--images is empty: name at least one image, for example --images stdlib")
 	}

@@ -93,7 +93,7 @@ func TestShapePictures(t *testing.T) {
 		{Name: "wide.png", Content: chartPNG(t, 3000, 10, false)},
 	}
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
-	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: true}))
 	sameFiles(t, d, files)
 	want := []imageBlock{{"image", chart, "image/png"}, {"image", photo, "image/jpeg"}, {"image", anim, "image/gif"}}
 	if len(d.images) != len(want) {
@@ -118,7 +118,7 @@ func TestShapePictures(t *testing.T) {
 	t.Logf("delivery: %q", d.doc.Delivery.What)
 
 	// Without return_files: no files, no images.
-	d = checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}}))
+	d = checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files})}))
 	if d.doc.Files != nil || len(d.images) != 0 || d.doc.Delivery.Trimmed {
 		t.Fatalf("return_files false: files %v, %d images, delivery %+v", d.doc.Files, len(d.images), d.doc.Delivery)
 	}
@@ -135,7 +135,7 @@ func TestShapePicturesTrimmed(t *testing.T) {
 	}
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
 	rec.Capture.Stdout = strings.Repeat("\x01", wire.MaxOutputBytes) // escaped to six bytes, and seven in the text
-	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: true}))
 	sameFiles(t, d, files)
 	if len(d.exec.Capture.Stdout) != wire.MaxOutputBytes {
 		t.Fatalf("stdout was cut to %d bytes: the pictures must not cost the receipt", len(d.exec.Capture.Stdout))
@@ -184,7 +184,7 @@ func TestShapePicturesBounded(t *testing.T) {
 				files = append(files, wire.OutputFile{Name: fmt.Sprintf("z%d", i), Content: bytes.Repeat([]byte{1}, 7<<10)})
 			}
 		}
-		d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+		d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: true}))
 		if len(d.images) > maxPictures || len(d.doc.Delivery.What) > 16 {
 			t.Fatalf("%d images, %d delivery lines", len(d.images), len(d.doc.Delivery.What))
 		}
@@ -213,7 +213,7 @@ func TestShapePicturesNotesFallBack(t *testing.T) {
 	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
 	rec.Capture.Stdout = strings.Repeat("\x01", wire.MaxOutputBytes)
 	rec.Capture.Stderr = strings.Repeat("<", wire.MaxOutputBytes)
-	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: true}))
 	what := d.doc.Delivery.What
 	if last := what[len(what)-1]; last != "12 files that look like images are not shown as images; they are returned as files" {
 		t.Fatalf("delivery %q", what)

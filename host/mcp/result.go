@@ -9,6 +9,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/client"
 	"pybox/host/escape"
 	"pybox/host/outdir"
 	"pybox/host/version"
@@ -135,8 +136,8 @@ type fileOut struct {
 // outcome is what a call came to, before it is shaped into a result.
 // Exactly one of Result and Err is set.
 type outcome struct {
-	RunID       string       // the host's id for the run, "" when none was made
-	Result      *wire.Result // the guest's answer
+	RunID       string         // the host's id for the run, "" when none was made
+	Result      *client.Result // the guest's answer, as host/client bounded it
 	ReturnFiles bool
 	Err         *callError
 	Cleanup     wire.Cleanup // when Err is set: what is known of the box
@@ -147,7 +148,7 @@ type outcome struct {
 func refused(code, msg string) outcome {
 	return outcome{
 		Err:     &callError{Code: code, Message: msg},
-		Cleanup: wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"},
+		Cleanup: *wire.NothingRan(),
 	}
 }
 
@@ -208,15 +209,16 @@ func encodeJSON(v any) []byte {
 	return escape.JSON(b)
 }
 
-// filesOut lists the returned files, content and all, with the host's own
-// cap on content (the guest applies it too, but is not trusted), then the
-// files the guest left out for being over the cap.
+// filesOut lists the returned files (host/client bounded their number
+// and escaped their names), content and all, with the result's cap on
+// content (the guest applies it too, but is not trusted), then the files
+// the guest left out for being over the cap.
 func filesOut(r *wire.Result) []fileOut {
 	out := []fileOut{}
 	total := 0
-	for _, f := range r.Files[:min(len(r.Files), maxReturned)] {
+	for _, f := range r.Files {
 		sum := sha256.Sum256(f.Content)
-		fo := fileOut{Name: wire.EscapeName(f.Name), Bytes: int64(len(f.Content)), SHA256: hex.EncodeToString(sum[:])}
+		fo := fileOut{Name: f.Name, Bytes: int64(len(f.Content)), SHA256: hex.EncodeToString(sum[:])}
 		if total+len(f.Content) > wire.MaxReturnedFileBytes {
 			fo.Omitted, fo.Reason = true, wire.NotReturnedOverCap
 		} else {

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/client"
 	"pybox/shared/wire"
 )
 
@@ -32,6 +33,10 @@ func receipt(runID, status, cleanup string) wire.Receipt {
 		Cleanup: wire.Cleanup{Status: cleanup},
 	}
 }
+
+// taken is the guest's answer as host/client hands it on: bounded (see
+// client.NewResult).
+func taken(res *wire.Result) *client.Result { return client.NewResult(res, nil) }
 
 // decoded is a tool result as a client reads it.
 type decoded struct {
@@ -138,7 +143,7 @@ func checkEncoded(t testing.TB, result []byte, line int) *decoded {
 
 func TestShapeOK(t *testing.T) {
 	rec := receipt("r1", wire.StatusOK, wire.CleanupRemoved)
-	d := checkResult(t, shape(outcome{RunID: "r1", Result: &wire.Result{Receipt: rec}}))
+	d := checkResult(t, shape(outcome{RunID: "r1", Result: taken(&wire.Result{Receipt: rec})}))
 	if d.isError || d.doc.Error != nil || d.doc.Delivery.Trimmed || d.doc.Files != nil {
 		t.Fatalf("isError %v, error %v, delivery %+v, files %v", d.isError, d.doc.Error, d.doc.Delivery, d.doc.Files)
 	}
@@ -168,7 +173,7 @@ func TestShapeIsError(t *testing.T) {
 		{"OK", wire.CleanupRemoved, true},
 	} {
 		rec := receipt("r", tc.status, tc.cleanup)
-		d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}}))
+		d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec})}))
 		if d.isError != tc.want {
 			t.Errorf("status %s, cleanup %s: isError %v", tc.status, tc.cleanup, d.isError)
 		}
@@ -206,28 +211,47 @@ func TestIsErrorOfEssentials(t *testing.T) {
 	}
 }
 
+// outputFolderReceipt is the receipt of a run that left files (more
+// than wire.MaxDeliveredFiles) in /tmp/output for an output folder: the
+// first 1024 delivered, 16 of the rest listed with the reason, the
+// others counted.
+func outputFolderReceipt(files int) wire.Receipt {
+	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
+	for i := range wire.MaxDeliveredFiles {
+		rec.Output.Delivered = append(rec.Output.Delivered, wire.FileDigest{Name: fmt.Sprintf("part-%05d.csv", i), Bytes: int64(i), SHA256: sum([]byte{byte(i)})})
+	}
+	for i := range wire.MaxListedNotReturned {
+		rec.Output.NotDelivered = append(rec.Output.NotDelivered,
+			wire.NotReturned{Name: fmt.Sprintf("part-%05d.csv", wire.MaxDeliveredFiles+i), Reason: wire.NotDeliveredOverCount})
+	}
+	rec.Output.NotDeliveredUnlisted = files - wire.MaxDeliveredFiles - wire.MaxListedNotReturned
+	all := wire.SumFiles(rec.Output.Delivered)
+	rec.Output.DeliveredAll = &all
+	return rec
+}
+
+// shapeReceipt shapes the result of a run with receipt rec, and reads
+// back the receipt it carries.
+func shapeReceipt(t *testing.T, rec wire.Receipt) (*decoded, wire.Receipt) {
+	t.Helper()
+	d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec})}))
+	var back wire.Receipt
+	if err := json.Unmarshal(d.doc.Execution, &back); err != nil {
+		t.Fatalf("execution is not a receipt (cut to its essentials?): %v %.300s", err, d.doc.Execution)
+	}
+	return d, back
+}
+
 // A run that delivered thousands of files to the output folder: the
 // receipt lists as many as fit, says how many there were, their bytes
 // and the digest of the whole list, keeps the program's output whole,
 // and the call is no error.
 func TestShapeThousandsOfDeliveredFiles(t *testing.T) {
-	rec := receipt("r", wire.StatusOK, wire.CleanupRemoved)
+	rec := outputFolderReceipt(2000)
 	rec.Capture.Stdout = strings.Repeat("the program's own output\n", 150)
 	rec.Capture.StdoutInfo = wire.Stream{Bytes: int64(len(rec.Capture.Stdout)), KeptBytes: len(rec.Capture.Stdout)}
-	for i := range 1024 {
-		rec.Output.Delivered = append(rec.Output.Delivered, wire.FileDigest{Name: fmt.Sprintf("part-%05d.csv", i), Bytes: int64(i), SHA256: sum([]byte{byte(i)})})
-	}
-	for i := range 16 {
-		rec.Output.NotDelivered = append(rec.Output.NotDelivered, wire.NotReturned{Name: fmt.Sprintf("part-%05d.csv", 1024+i), Reason: wire.NotDeliveredOverCount})
-	}
-	rec.Output.NotDeliveredUnlisted = 2000 - 1024 - 16
-	all := wire.SumFiles(rec.Output.Delivered)
-	rec.Output.DeliveredAll = &all
-	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}}))
-	var back wire.Receipt
-	if err := json.Unmarshal(d.doc.Execution, &back); err != nil {
-		t.Fatalf("execution is not a receipt (cut to its essentials?): %v %.300s", err, d.doc.Execution)
-	}
+	all := *rec.Output.DeliveredAll
+	d, back := shapeReceipt(t, rec)
 	if d.isError || back.Capture.Stdout != rec.Capture.Stdout {
 		t.Errorf("isError %v, stdout kept %d of %d bytes", d.isError, len(back.Capture.Stdout), len(rec.Capture.Stdout))
 	}
@@ -268,7 +292,7 @@ func TestShapeFiles(t *testing.T) {
 		{Name: "more.txt", Content: bytes.Repeat([]byte("z"), 9<<10)}, // past 48 KiB with big.txt
 		{Name: "bad\nname", Content: []byte("x")},
 	}
-	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: true}))
 	got := *d.doc.Files
 	if len(got) != 7 {
 		t.Fatalf("%d files listed", len(got))
@@ -296,7 +320,7 @@ func TestShapeFiles(t *testing.T) {
 		t.Fatalf("the guest's over-cap file: %+v", f)
 	}
 	// Asked for no files: none, even if the guest sent some.
-	d = checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}}))
+	d = checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files})}))
 	if d.doc.Files != nil {
 		t.Fatal("files listed though return_files was false")
 	}
@@ -312,7 +336,7 @@ func TestShapeTrimsEscapingBlowup(t *testing.T) {
 	for i := range 6 {
 		files = append(files, wire.OutputFile{Name: "f" + string(rune('0'+i)), Content: []byte(ctl)})
 	}
-	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: true}))
 	if !d.doc.Delivery.Trimmed || d.exec.Cleanup.Status != wire.CleanupRemoved || d.exec.Status != wire.StatusOK || d.exec.RunID != "r" {
 		t.Fatalf("delivery %+v, execution %.200s", d.doc.Delivery, d.doc.Execution)
 	}
@@ -340,7 +364,7 @@ func TestShapeTrimsReceipt(t *testing.T) {
 	rec := receipt("r", wire.StatusError, wire.CleanupRemoved)
 	rec.Capture.Stdout = strings.Repeat("\x02", 6000) + "Ω" + strings.Repeat("\x02", 6000)
 	rec.Capture.Stderr = strings.Repeat("\x03", 12000)
-	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}}))
+	d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec})}))
 	if !d.doc.Delivery.Trimmed || len(d.exec.Capture.Stdout) == 0 || len(d.exec.Capture.Stdout) >= 12002 {
 		t.Fatalf("stdout kept %d bytes; delivery %+v", len(d.exec.Capture.Stdout), d.doc.Delivery)
 	}
@@ -368,9 +392,13 @@ func TestShapeHostileGuest(t *testing.T) {
 	for i := range 3000 {
 		files = append(files, wire.OutputFile{Name: huge[:250] + string(rune('a'+i%26)), Content: []byte(huge[:16])})
 	}
-	d := checkResult(t, shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: true}))
+	d := checkResult(t, shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: true}))
 	if d.exec.Cleanup.Status != wire.CleanupRemoved || d.exec.Status != wire.StatusOK || d.exec.RunID != "r" || !d.doc.Delivery.Trimmed {
 		t.Fatalf("execution %.300s; delivery %+v", d.doc.Execution, d.doc.Delivery)
+	}
+	// host/client cut the receipt; the result says so.
+	if !strings.Contains(strings.Join(d.doc.Delivery.What, "; "), "fields of the guest's receipt over their bounds were cut") {
+		t.Errorf("delivery does not say the guest's receipt was cut: %q", d.doc.Delivery.What)
 	}
 	t.Logf("response %d bytes, receipt %d bytes; %q", d.line, d.doc.Delivery.ReceiptBytes, d.doc.Delivery.What)
 }
@@ -403,7 +431,7 @@ func FuzzShape(f *testing.F) {
 			files = append(files, wire.OutputFile{Name: name, Content: content})
 			rec.Output.NotReturned = append(rec.Output.NotReturned, wire.NotReturned{Name: name, Reason: stdout})
 		}
-		d := checkResult(t, shape(outcome{RunID: "fuzz", Result: &wire.Result{Receipt: rec, Files: files}, ReturnFiles: returnFiles}))
+		d := checkResult(t, shape(outcome{RunID: "fuzz", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: returnFiles}))
 		want := cutString(cleanup, maxShortString)
 		if want == "" {
 			want = wire.CleanupUnknown // an empty status is no status: the undeliverable path says UNKNOWN
@@ -431,7 +459,7 @@ func TestShapeEscapesControls(t *testing.T) {
 	out := "total: 42\u009b2J \u202eevil\u202c and \x1b]52;c;Zm9v\x07 and \u2066x\u2069\n"
 	rec.Capture.Stdout, rec.Capture.Stderr = out, "plain\n"
 	rec.Capture.StdoutInfo.Controls = 0 // the guest's word does not count
-	res := shape(outcome{RunID: "r", Result: &wire.Result{Receipt: rec}})
+	res := shape(outcome{RunID: "r", Result: taken(&wire.Result{Receipt: rec})})
 	raw, _ := json.Marshal(res)
 	for _, c := range []string{"\u009b", "\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\x07"} {
 		if bytes.Contains(raw, []byte(c)) {
@@ -447,5 +475,45 @@ func TestShapeEscapesControls(t *testing.T) {
 	}
 	if got := d.exec.Capture.StderrInfo.Controls; got != 0 {
 		t.Errorf("stderr controls %d, want 0", got)
+	}
+}
+
+// A run that left 1,100 files for an output folder: the guest delivered
+// its first 1024, lists 16 of the other 76 with the reason and counts the
+// rest, and says why none came back in the result. Cut to fit 64 KiB,
+// the receipt keeps every entry of what was not delivered and why (the
+// part the host cannot learn otherwise) and cuts the list of delivered
+// files instead (delivered_all still accounts for all of them); no note
+// gives a negative count.
+func TestShapeKeepsWhatWasNotDelivered(t *testing.T) {
+	const files, delivered = 1100, wire.MaxDeliveredFiles
+	rec := outputFolderReceipt(files)
+	rec.Output.NotReturned = []wire.NotReturned{}
+	for i := range wire.MaxListedNotReturned {
+		rec.Output.NotReturned = append(rec.Output.NotReturned, wire.NotReturned{Name: fmt.Sprintf("part-%05d.csv", i), Reason: wire.NotReturnedNotAsked})
+	}
+	rec.Output.NotListed = files - wire.MaxListedNotReturned
+	all := *rec.Output.DeliveredAll
+	d, back := shapeReceipt(t, rec)
+	o := back.Output
+	if len(o.NotDelivered) != wire.MaxListedNotReturned || o.NotDeliveredUnlisted != rec.Output.NotDeliveredUnlisted {
+		t.Errorf("not delivered: %d listed and %d counted; want all %d listed, %d counted", len(o.NotDelivered), o.NotDeliveredUnlisted,
+			wire.MaxListedNotReturned, rec.Output.NotDeliveredUnlisted)
+	}
+	for i, n := range o.NotDelivered {
+		if n != rec.Output.NotDelivered[i] {
+			t.Errorf("not_delivered[%d] = %+v, want %+v", i, n, rec.Output.NotDelivered[i])
+		}
+	}
+	if len(o.NotReturned) != wire.MaxListedNotReturned || o.NotListed != rec.Output.NotListed {
+		t.Errorf("not returned: %d listed and %d counted; want all %d listed, %d counted", len(o.NotReturned), o.NotListed,
+			wire.MaxListedNotReturned, rec.Output.NotListed)
+	}
+	if len(o.Delivered) >= delivered || o.DeliveredAll == nil || *o.DeliveredAll != all {
+		t.Errorf("delivered: %d of %d listed, all %+v (want %+v)", len(o.Delivered), delivered, o.DeliveredAll, all)
+	}
+	what := strings.Join(d.doc.Delivery.What, "; ")
+	if strings.Contains(what, " -") || !strings.Contains(what, fmt.Sprintf("output_files.delivered cut from %d to %d entries", delivered, len(o.Delivered))) {
+		t.Errorf("delivery says %q", what)
 	}
 }

@@ -126,7 +126,7 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest) (res *sdk.C
 		if p := recover(); p != nil {
 			s.logf("internal error (a bug in pybox mcp): %v", p)
 			res, err = shapeFor(outcome{Err: &callError{Code: wire.ErrInternal, Message: "an internal error in pybox mcp; see its log"},
-				Cleanup: wire.Cleanup{Status: wire.CleanupUnknown}}, extrasOf(req)), nil
+				Cleanup: *wire.Unknown("an internal error in pybox mcp")}, extrasOf(req)), nil
 		}
 	}()
 	return shapeFor(s.run(ctx, req.Params.Arguments), extrasOf(req)), nil
@@ -154,15 +154,24 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 	if err != nil {
 		return refused(codeInvalidArguments, "arguments refused: "+err.Error()+". Nothing ran.")
 	}
+	run.RunID = wire.NewRunID("mcp-")
+	if len(run.Data) > 0 {
+		run.MaxDataBytes = s.opts.MaxDataBytes
+	}
+	if s.opts.OutputDir != "" {
+		run.Deliver = &wire.Deliver{MaxBytes: s.opts.MaxOutputDirBytes}
+	}
+	// The one check of the run on the host, before it may wait on the
+	// VM: a call that breaks a rule is refused as such, busy or not.
+	checked, err := client.CheckRun(run)
+	if err != nil {
+		return refused(codeInvalidArguments, "arguments refused: "+err.Error()+". Nothing ran.")
+	}
 	release, err := s.acquire(ctx)
 	if err != nil {
 		return refused(wire.ErrBusy, err.Error())
 	}
 	defer release()
-	run.RunID = wire.NewRunID("mcp-")
-	if len(run.Data) > 0 {
-		run.MaxDataBytes = s.opts.MaxDataBytes
-	}
 	var out *outdir.Dir
 	if s.opts.OutputDir != "" {
 		if out, err = s.admitOutput(run.RunID); err != nil {
@@ -171,12 +180,7 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 		// A run that never starts gives its room back; after the run's
 		// Finish (saveOutput) this does nothing.
 		defer out.Abort()
-		run.Deliver = &wire.Deliver{MaxBytes: out.Room()}
-	}
-	// The one check of the run on the host: what the client sends.
-	checked, err := client.CheckRun(run)
-	if err != nil {
-		return refused(codeInvalidArguments, "arguments refused: "+err.Error()+". Nothing ran.")
+		checked = checked.DeliverAtMost(out.Room())
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -254,7 +258,7 @@ func (s *Server) outputFull(e *outdir.FullError) error {
 
 // saveOutput keeps the files of the output folder that the receipt lists
 // as delivered, or, when there is no receipt, removes what came.
-func saveOutput(out *outdir.Dir, res *wire.Result) *savedOut {
+func saveOutput(out *outdir.Dir, res *client.Result) *savedOut {
 	if res == nil {
 		out.Abort()
 		return nil
@@ -273,24 +277,24 @@ func saveOutput(out *outdir.Dir, res *wire.Result) *savedOut {
 	return so
 }
 
-// judge turns what Run returned into an outcome. The Runner has already
-// held the guest's answer to the run (see Runner): here an error is
-// only given its cleanup status.
-func (s *Server) judge(run *wire.Run, res *wire.Result, err error) outcome {
+// judge turns what RunDeliver returned into an outcome. host/client has
+// already held the guest's answer to the run and bounded it (see VM):
+// here an error is only given its cleanup status.
+func (s *Server) judge(run *wire.Run, res *client.Result, err error) outcome {
 	o := outcome{RunID: run.RunID, ReturnFiles: run.ReturnFiles}
 	var we *wire.Error
 	switch {
 	case errors.As(err, &we):
 		o.Err = &callError{Code: we.Code, Message: we.Message}
-		o.Cleanup = wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the VM refused or lost the run"}
+		o.Cleanup = *wire.Unknown("the VM refused or lost the run")
 		if we.Cleanup != nil {
 			o.Cleanup = *we.Cleanup
 		} else if refusedBeforeStart(we.Code) {
-			o.Cleanup = wire.Cleanup{Status: wire.CleanupNotAttempted, Detail: "nothing ran"}
+			o.Cleanup = *wire.NothingRan()
 		}
 	case err != nil:
 		o.Err = &callError{Code: codeVMLost, Message: "lost contact with the VM during the run (" + err.Error() + "): the box's cleanup is unknown; check `pybox vm status`"}
-		o.Cleanup = wire.Cleanup{Status: wire.CleanupUnknown, Detail: "no receipt came back"}
+		o.Cleanup = *wire.Unknown("no receipt came back")
 	default:
 		o.Result = res
 	}

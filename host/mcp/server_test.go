@@ -233,6 +233,13 @@ func TestBusy(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("busy took %v: it must not wait", took)
 	}
+	// A call that breaks a rule is refused for it, busy VM or not: what
+	// to fix, not when to come back.
+	for _, args := range []map[string]any{{"code": "x", "max_output_bytes": 0}, {"code": strings.Repeat("x", 65537)}} {
+		if d := callTool(t, cs, args); !d.isError || d.doc.Error.Code != codeInvalidArguments {
+			t.Errorf("a bad call beside a running one: %+v", d.doc.Error)
+		}
+	}
 	close(vm.release)
 	if d := <-first; d.isError {
 		t.Fatalf("first call: %s", d.doc.Execution)
@@ -546,7 +553,7 @@ func TestGuestErrors(t *testing.T) {
 // A bug (here, a dialer that panics) costs the call, not the session.
 func TestPanicIsAnErrorResult(t *testing.T) {
 	log := &logBuf{}
-	srv, err := NewServer(DefaultOptions(), func(context.Context) (Runner, error) { panic("boom") }, log.logf)
+	srv, err := NewServer(DefaultOptions(), func(context.Context) (VM, error) { panic("boom") }, log.logf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,31 +5,27 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"pybox/host/escape"
+	"pybox/host/client"
 	"pybox/shared/wire"
 )
 
-// Bounds on the strings of a receipt. The guest keeps to far less; these
-// only stop a confused or hostile guest from crowding out the rest.
+// Sizes the result gives what it carries besides the receipt, which
+// host/client has bounded already: an error's code and message, and the
+// cleanup of a call without a receipt.
 const (
-	maxShortString = 128  // status, signal, image, agent, posture fields
-	maxTextString  = 2048 // reason, cleanup detail, a posture problem
-	maxNameString  = 200  // a file name, escaped
-	maxListed      = 64   // items of a posture list
-	// maxReturned bounds the returned files listed. The 48 KiB content cap
-	// does not bound their number (empty files), the frame's 1 MiB does;
-	// this keeps the trimming's work small.
-	maxReturned = 1024
+	maxShortString = 128  // an error's code, a cleanup status
+	maxTextString  = 2048 // an error's message, a cleanup detail
 	// noteRoom is kept free while trimming for delivery's notes, which
 	// appear twice (structured and text).
 	noteRoom = 4 << 10
 )
+
+// cutString cuts s to at most n bytes, marked with "…", as host/client
+// cuts the receipt's strings.
+var cutString = client.Cut
 
 // shape turns an outcome into the tool result, trimmed to fit 64 KiB of
 // receipt and 256 KiB of response. It is a pure function. Whatever it gets,
@@ -72,18 +68,19 @@ func newTrimmer(o outcome) *trimmer {
 		t.doc.Execution = &essentials{RunID: o.RunID, Cleanup: cutCleanup(o.Cleanup)}
 		return t
 	}
-	rec, cut := sanitize(&o.Result.Receipt)
-	t.rec, t.orig, t.doc.Execution = rec, *rec, rec
+	// The receipt is host/client's, bounded; the trimming works on a copy.
+	rec := o.Result.Receipt
+	t.rec, t.orig, t.doc.Execution = &rec, rec, &rec
 	t.doc.OutputDir = o.Saved
-	if cut {
+	if o.Result.Cut() {
 		t.note("fields of the guest's receipt over their bounds were cut")
 	}
 	if o.Err != nil {
 		t.doc.Error = cutError(o.Err)
 	}
 	if o.ReturnFiles {
-		t.files = filesOut(&wire.Result{Receipt: *rec, Files: o.Result.Files})
-		for _, f := range o.Result.Files[:min(len(o.Result.Files), maxReturned)] {
+		t.files = filesOut(&o.Result.Result)
+		for _, f := range o.Result.Files {
 			t.raw = append(t.raw, f.Content)
 		}
 		t.ofile = slices.Clone(t.files)
@@ -202,7 +199,7 @@ func (t *trimmer) cutCapture(ok func() bool, limit string) {
 		return
 	}
 	set := func(k int) {
-		t.rec.Capture.Stdout, t.rec.Capture.Stderr = cutUTF8(out, k), cutUTF8(errs, k)
+		t.rec.Capture.Stdout, t.rec.Capture.Stderr = client.CutUTF8(out, k), client.CutUTF8(errs, k)
 	}
 	if largest(longest, set, ok) == longest {
 		return
@@ -212,29 +209,16 @@ func (t *trimmer) cutCapture(ok func() bool, limit string) {
 	t.orig.Capture = t.rec.Capture
 }
 
-// cutLists shortens the receipt's lists of files, those not returned
-// first (they count on in not_listed).
+// cutLists shortens the receipt's lists of files, down to their first
+// entries: first those of files that came (delivered, returned) and the
+// input files, whose counts, bytes and digests stay (delivered_all sums
+// up every delivered file); only then those of files that did not come,
+// counted on in not_listed and not_delivered_unlisted. What was not
+// delivered, and why, is what the host learns from the receipt alone:
+// it goes last.
 func (t *trimmer) cutLists(ok func() bool, limit string) {
 	if ok() {
 		return
-	}
-	if nr := t.orig.Output.NotReturned; len(nr) > 0 {
-		set := func(k int) {
-			t.rec.Output.NotReturned = nr[:k]
-			t.rec.Output.NotListed = t.orig.Output.NotListed + len(nr) - k
-		}
-		if k := largest(len(nr), set, ok); k != len(nr) {
-			t.note("output_files.not_returned cut from %d to %d entries (counted in not_listed) to fit %s", len(nr), len(t.rec.Output.NotReturned), limit)
-		}
-	}
-	if nd := t.orig.Output.NotDelivered; len(nd) > 0 && !ok() {
-		set := func(k int) {
-			t.rec.Output.NotDelivered = nd[:k]
-			t.rec.Output.NotDeliveredUnlisted = t.orig.Output.NotDeliveredUnlisted + len(nd) - k
-		}
-		if k := largest(len(nd), set, ok); k != len(nd) {
-			t.note("output_files.not_delivered cut from %d to %d entries (counted in not_delivered_unlisted) to fit %s", len(nd), k, limit)
-		}
 	}
 	for _, l := range []struct {
 		name string
@@ -248,13 +232,31 @@ func (t *trimmer) cutLists(ok func() bool, limit string) {
 		if len(l.orig) == 0 || ok() {
 			continue
 		}
-		set := func(k int) { *l.list = l.orig[:k] }
-		largest(len(l.orig), set, ok)
+		largest(len(l.orig), func(k int) { *l.list = l.orig[:k] }, ok)
 		all := ""
 		if l.name == "output_files.delivered" && t.rec.Output.DeliveredAll != nil {
 			all = " (delivered_all counts, sums and digests all of them)"
 		}
 		t.note("%s cut from %d to %d entries%s to fit %s", l.name, len(l.orig), len(*l.list), all, limit)
+	}
+	for _, l := range []struct {
+		name, counted string
+		list          *[]wire.NotReturned
+		count         *int
+		orig          []wire.NotReturned
+		origCount     int
+	}{
+		{"output_files.not_returned", "not_listed", &t.rec.Output.NotReturned, &t.rec.Output.NotListed,
+			t.orig.Output.NotReturned, t.orig.Output.NotListed},
+		{"output_files.not_delivered", "not_delivered_unlisted", &t.rec.Output.NotDelivered, &t.rec.Output.NotDeliveredUnlisted,
+			t.orig.Output.NotDelivered, t.orig.Output.NotDeliveredUnlisted},
+	} {
+		if len(l.orig) == 0 || ok() {
+			continue
+		}
+		set := func(k int) { *l.list, *l.count = l.orig[:k], l.origCount+len(l.orig)-k }
+		largest(len(l.orig), set, ok)
+		t.note("%s cut from %d to %d entries (counted in %s) to fit %s", l.name, len(l.orig), len(*l.list), l.counted, limit)
 	}
 	t.orig = *t.rec
 }
@@ -279,7 +281,7 @@ func (t *trimmer) toEssentials(limit string) {
 // undeliverable is the last resort: an error that still carries the real
 // cleanup status. Everything in it is bounded, so it always fits.
 func (t *trimmer) undeliverable() {
-	e := &essentials{RunID: cutString(t.runID, wire.MaxRunIDBytes), Cleanup: wire.Cleanup{Status: wire.CleanupUnknown}}
+	e := &essentials{RunID: cutString(t.runID, wire.MaxRunIDBytes), Cleanup: *wire.Unknown("the result held no cleanup status")}
 	if prev, ok := t.doc.Execution.(*essentials); ok {
 		e.Status, e.ExitCode = cutString(prev.Status, maxShortString), prev.ExitCode
 		e.Cleanup = wire.Cleanup{Status: cutString(prev.Cleanup.Status, maxShortString), Detail: cutString(prev.Cleanup.Detail, 512)}
@@ -327,134 +329,6 @@ func essentialsOf(r *wire.Receipt, runID string) *essentials {
 	}
 }
 
-// sanitize copies a receipt from the guest, bounding every string and
-// list the guest controls to what the contract allows, and escaping names.
-// It reports whether anything was cut.
-func sanitize(in *wire.Receipt) (*wire.Receipt, bool) {
-	r := *in
-	cut := false
-	s := func(p *string, n int) {
-		if len(*p) > n {
-			*p, cut = cutString(*p, n), true
-		}
-	}
-	for _, f := range []struct {
-		p *string
-		n int
-	}{
-		{&r.RunID, wire.MaxRunIDBytes}, {&r.Status, maxShortString}, {&r.Reason, maxTextString},
-		{&r.Signal, maxShortString}, {&r.Image.Name, maxShortString}, {&r.Image.Digest, maxShortString},
-		{&r.Image.Python, maxShortString}, {&r.Image.Suite, maxShortString},
-		{&r.Agent.Version, maxShortString}, {&r.Agent.Commit, maxShortString}, {&r.Agent.Kernel, maxShortString},
-		{&r.Memory.Reading, maxShortString}, {&r.Cleanup.Status, maxShortString}, {&r.Cleanup.Detail, maxTextString},
-	} {
-		s(f.p, f.n)
-	}
-	if r.Cleanup.Status == "" {
-		r.Cleanup = wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the guest's receipt gave no cleanup status"}
-	}
-	// A stream keeps at most max_output_bytes, and that is at most 8 KiB.
-	r.Capture.Stdout = cutUTF8(r.Capture.Stdout, wire.MaxOutputBytes)
-	r.Capture.Stderr = cutUTF8(r.Capture.Stderr, wire.MaxOutputBytes)
-	escape.MarkCapture(&r.Capture)
-	cut = cut || len(r.Capture.Stdout) != len(in.Capture.Stdout) || len(r.Capture.Stderr) != len(in.Capture.Stderr)
-	r.InputFiles = digests(in.InputFiles, wire.MaxInputFiles, s)
-	r.Output.Returned = digests(in.Output.Returned, maxReturned, s)
-	cut = cut || len(r.InputFiles) != len(in.InputFiles) || len(r.Output.Returned) != len(in.Output.Returned)
-	if len(in.Output.NotReturned) > wire.MaxListedNotReturned {
-		r.Output.NotListed += len(in.Output.NotReturned) - wire.MaxListedNotReturned
-		cut = true
-	}
-	r.Output.NotReturned = nil
-	if in.Output.NotReturned != nil {
-		r.Output.NotReturned = []wire.NotReturned{}
-	}
-	for _, n := range in.Output.NotReturned[:min(len(in.Output.NotReturned), wire.MaxListedNotReturned)] {
-		n.Name = safeName(n.Name)
-		s(&n.Reason, maxShortString)
-		s(&n.SHA256, maxShortString)
-		r.Output.NotReturned = append(r.Output.NotReturned, n)
-	}
-	r.Overruns = cutStrings(in.Overruns, maxTextString, s)
-	if in.Box != nil {
-		bi := *in.Box
-		bi.Preloaded = cutStrings(bi.Preloaded, maxShortString, s)
-		s(&bi.Fallback, maxTextString)
-		r.Box = &bi
-	}
-	r.Output.Delivered = digests(in.Output.Delivered, maxReturned, s)
-	if in.Output.DeliveredAll != nil {
-		all := *in.Output.DeliveredAll
-		s(&all.SHA256, maxShortString)
-		r.Output.DeliveredAll = &all
-	}
-	r.Output.NotDelivered = nil
-	for _, n := range in.Output.NotDelivered[:min(len(in.Output.NotDelivered), wire.MaxListedNotReturned)] {
-		n.Name = safeName(n.Name)
-		s(&n.Reason, maxShortString)
-		r.Output.NotDelivered = append(r.Output.NotDelivered, n)
-	}
-	r.Data = nil
-	for _, d := range in.Data[:min(len(in.Data), wire.MaxDataFolders)] {
-		s(&d.Name, maxShortString)
-		s(&d.HostPath, maxTextString)
-		s(&d.Digest, maxShortString)
-		d.LeftOut = cutStrings(d.LeftOut[:min(len(d.LeftOut), 8)], maxShortString, s)
-		r.Data = append(r.Data, d)
-	}
-	cut = cut || len(in.Overruns) > maxListed
-	if in.Posture != nil {
-		p := *in.Posture
-		s(&p.CapEff, maxShortString)
-		p.OpenFDs = p.OpenFDs[:min(len(p.OpenFDs), maxListed)]
-		p.Namespaces = cutStrings(p.Namespaces, maxShortString, s)
-		p.Problems = cutStrings(p.Problems, maxTextString, s)
-		cut = cut || len(in.Posture.OpenFDs) > maxListed
-		r.Posture = &p
-	}
-	return &r, cut
-}
-
-func digests(in []wire.FileDigest, most int, s func(*string, int)) []wire.FileDigest {
-	if in == nil {
-		return nil
-	}
-	out := make([]wire.FileDigest, min(len(in), most))
-	for i, d := range in[:len(out)] {
-		d.Name = safeName(d.Name)
-		s(&d.SHA256, maxShortString)
-		out[i] = d
-	}
-	return out
-}
-
-func cutStrings(in []string, n int, s func(*string, int)) []string {
-	if in == nil {
-		return nil
-	}
-	out := slices.Clone(in[:min(len(in), maxListed)])
-	for i := range out {
-		s(&out[i], n)
-	}
-	if len(in) > maxListed {
-		out = append(out, fmt.Sprintf("… and %d more", len(in)-maxListed))
-	}
-	return out
-}
-
-// safeName shows a name from the guest safely: escaped when it holds
-// anything EscapeName would escape besides a backslash (a name the guest
-// escaped already is left as it is), and bounded.
-func safeName(name string) string {
-	raw := !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool {
-		return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
-	})
-	if raw {
-		name = wire.EscapeName(name)
-	}
-	return cutString(name, maxNameString)
-}
-
 func cutError(e *callError) *callError {
 	if e == nil {
 		return &callError{Code: "internal", Message: "no result and no error: a bug in pybox mcp"}
@@ -464,26 +338,7 @@ func cutError(e *callError) *callError {
 
 func cutCleanup(c wire.Cleanup) wire.Cleanup {
 	if c.Status == "" {
-		c.Status = wire.CleanupUnknown
+		c = *wire.Unknown(cmp.Or(c.Detail, "the call's outcome gave no cleanup status"))
 	}
 	return wire.Cleanup{Status: cutString(c.Status, maxShortString), Detail: cutString(c.Detail, maxTextString)}
-}
-
-// cutString cuts s to at most n bytes (plus "…"), at a rune boundary.
-func cutString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return cutUTF8(s, n) + "…"
-}
-
-// cutUTF8 cuts s to at most n bytes, backing off to a rune boundary.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -1,4 +1,4 @@
-// Package check is `pybox check`: PyBox's own MCP client, which starts an
+// Package mcptest is `pybox check`: PyBox's own MCP client, which starts an
 // MCP server over stdio (`pybox mcp`, or any command) and runs named
 // checks against it, each ending in a [Result]: PASS, or FAIL with what
 // was expected, what came back and a hint.
@@ -18,4 +18,4 @@
 // session at 2025-11-25, for clients that still handshake, and closes it
 // when done; the few checks that must end a session (a 600 KiB message,
 // no VM) start their own server too.
-package check
+package mcptest

@@ -1,4 +1,4 @@
-package check
+package mcptest
 
 import (
 	"bufio"

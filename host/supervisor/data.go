@@ -53,10 +53,11 @@ func (s *supervisor) checkFolders() error {
 // refuses a folder the VM may not be given, and returns the host's record
 // of each, in the run's order, for its receipt: the host folder as the
 // user configured it, what it held, and what of it the box does not get
-// as a plain file. The run itself is not changed: the
-// guest is told names only (see Relay.forward). The relay calls it only
-// while no other run is in flight.
-func (s *supervisor) prepareRun(run *wire.Run) ([]wire.DataFolder, *wire.Error) {
+// as a plain file. It is given the run's header, which names the folders
+// and bounds what they hold together; the guest is told the names only
+// (wire.RunHeader). The relay calls it only while no other run is in
+// flight.
+func (s *supervisor) prepareRun(run *wire.RunHeader) ([]wire.DataFolder, *wire.Error) {
 	shares := map[string]vm.DataShare{}
 	var names []string
 	for _, d := range s.cfg.VM.Data {
@@ -66,13 +67,13 @@ func (s *supervisor) prepareRun(run *wire.Run) ([]wire.DataFolder, *wire.Error) 
 	var total int64
 	record := make([]wire.DataFolder, 0, len(run.Data))
 	for _, want := range run.Data {
-		d, ok := shares[want.Name]
+		d, ok := shares[want]
 		if !ok {
 			have := "none (start it with `pybox vm start --data NAME=DIR`)"
 			if len(names) > 0 {
 				have = strings.Join(names, ", ")
 			}
-			return nil, &wire.Error{Code: wire.ErrNoData, Message: fmt.Sprintf("this VM has no data folder %q; it has: %s", want.Name, have)}
+			return nil, &wire.Error{Code: wire.ErrNoData, Message: fmt.Sprintf("this VM has no data folder %q; it has: %s", want, have)}
 		}
 		lim := folder.DefaultLimits
 		if run.MaxDataBytes > 0 {

@@ -20,25 +20,21 @@ var salesRecord = []wire.DataFolder{{Name: "sales", HostPath: "/home/u/sales", F
 // salesRecord.
 func dataHarness(t *testing.T) (*harness, net.Conn) {
 	h := newHarness(t)
-	h.relay.SetPrepare(func(*wire.Run) ([]wire.DataFolder, *wire.Error) { return salesRecord, nil })
+	h.relay.SetPrepare(func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error) { return salesRecord, nil })
 	c := h.connect()
 	h.hello(c)
 	return h, c
 }
 
 // The guest is told the names of a run's data folders, nothing of the
-// host's: a request that says more of them is refused before the guest.
+// host's: a run frame's header has room for their names only.
 func TestGuestToldDataNamesOnly(t *testing.T) {
 	h, c := dataHarness(t)
 	run := testRun("r1")
 	run.Data = []wire.DataFolder{{Name: "sales", HostPath: "/etc", Bytes: 1}}
 	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 9, Run: run})
-	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrBadRequest || m.Error.Cleanup.Status != wire.CleanupNotAttempted {
-		t.Fatalf("got %+v, want bad_request", m)
-	}
-	send(t, c, &wire.Message{Type: wire.TypePing, ID: 10})
-	if g := recv(t, h.guest); g.Type != wire.TypePing {
-		t.Fatalf("the guest got %+v", g)
+	if g := recv(t, h.guest); g.Type != wire.TypeRun || !reflect.DeepEqual(g.Run.Data, []wire.DataFolder{{Name: "sales"}}) {
+		t.Fatalf("the guest got %+v", g.Run)
 	}
 }
 
@@ -96,8 +92,7 @@ func TestPrepareRunRecord(t *testing.T) {
 	if err := s.checkFolders(); err != nil {
 		t.Fatal(err)
 	}
-	run := testRun("r1")
-	run.Data = []wire.DataFolder{{Name: "sales"}}
+	run := &wire.RunHeader{RunID: "r1", TimeoutSeconds: 2, Data: []string{"sales"}}
 	rec, e := s.prepareRun(run)
 	if e != nil {
 		t.Fatal(e)
@@ -106,10 +101,10 @@ func TestPrepareRunRecord(t *testing.T) {
 		len(rec[0].Digest) != 64 || len(rec[0].LeftOut) != 1 || !strings.HasPrefix(rec[0].LeftOut[0], "1 symbolic links:") {
 		t.Errorf("record %+v", rec)
 	}
-	if want := []wire.DataFolder{{Name: "sales"}}; !reflect.DeepEqual(run.Data, want) {
+	if want := []string{"sales"}; !reflect.DeepEqual(run.Data, want) {
 		t.Errorf("the run became %+v", run.Data)
 	}
-	if _, e := s.prepareRun(&wire.Run{Data: []wire.DataFolder{{Name: "other"}}}); e == nil || e.Code != wire.ErrNoData {
+	if _, e := s.prepareRun(&wire.RunHeader{Data: []string{"other"}}); e == nil || e.Code != wire.ErrNoData {
 		t.Errorf("a folder the VM lacks: %v", e)
 	}
 	// A file with a second name: the run is refused, saying why.

@@ -9,7 +9,12 @@
 // free lock means no VM whatever other files say; it exits when QEMU exits
 // and removes its sockets and state.json.
 //
-// The guest is not trusted: every frame from it is bounded and decoded
-// strictly, an answer nobody asked for is dropped, and a malformed frame
-// ends the VM.
+// The relay routes frames by their header: it decodes only hellos and
+// the answers to its own pings, and of a client's run it reads the run
+// frame's own header (wire.RunHeader: the run ID, delivery, the timeout
+// its wait is bounded by, the data folders to ready). The guest is not
+// trusted: every frame from it is bounded, an answer nobody asked for
+// or of a type its request does not allow is dropped, a malformed header
+// ends the VM, and a body is decoded strictly by whoever asked
+// (host/client, for a client's request).
 package supervisor

@@ -23,7 +23,8 @@ type peer struct {
 	done   chan struct{}
 }
 
-func newClient(nc net.Conn, logf func(string, ...any)) *peer {
+// newPeer is the peer of client connection nc, its writer started.
+func newPeer(nc net.Conn, logf func(string, ...any)) *peer {
 	c := &peer{nc: nc, logf: logf, out: make(chan []byte, clientQueue), done: make(chan struct{})}
 	go c.write()
 	return c

@@ -60,21 +60,22 @@ type Relay struct {
 	gone     error // why the guest can take no more requests (stopped, stopping)
 	dropped  int   // answers nobody asked for, for log throttling
 	stopping bool
-	ran      chan struct{} // closed once Run has answered what was in flight
+	ran      chan struct{} // closed once ReadGuest has answered what was in flight
 	// silent is set by the supervisor's health check while the guest
 	// does not answer its pings: runs are refused at once meanwhile.
 	silent string
 	// prepare, when set, readies what a run that names data folders
 	// needs (their copies brought up to date) before it is sent, and
 	// returns the host's record of each for the run's receipt; it runs
-	// only while no other run is in flight, as preparing says.
-	prepare   func(*wire.Run) ([]wire.DataFolder, *wire.Error)
+	// only while no other run is in flight, as preparing says. It is
+	// given the run's header: the relay reads no run's body.
+	prepare   func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error)
 	preparing bool
 }
 
 // SetPrepare sets what readies a run that names data folders (see
 // Relay.prepare).
-func (r *Relay) SetPrepare(f func(*wire.Run) ([]wire.DataFolder, *wire.Error)) { r.prepare = f }
+func (r *Relay) SetPrepare(f func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error)) { r.prepare = f }
 
 // pending is a request on its way through the guest.
 type pending struct {
@@ -97,19 +98,30 @@ type pending struct {
 }
 
 // newPending is a request of type typ and the client's ID id from c, with
-// its expiry; run is the request's run, for a run.
-func newPending(c *peer, typ string, id uint64, run *wire.Run) *pending {
+// its expiry; run is the request's run header, for a run.
+func newPending(c *peer, typ string, id uint64, run *wire.RunHeader) *pending {
 	p := &pending{c: c, id: id, typ: typ, expires: time.Now().Add(requestLimit)}
 	if run != nil {
 		p.runID = run.RunID
-		// The guest checks the run; its expiry here is bounded whatever
-		// the timeout it asks for.
-		bounded := *run
-		bounded.TimeoutSeconds = min(max(bounded.TimeoutSeconds, 0), wire.MaxTimeoutSeconds)
-		p.expires = time.Now().Add(bounded.HostDeadline())
+		p.expires = time.Now().Add(runExpiry(run))
 		p.deliver = run.Deliver != nil
 	}
 	return p
+}
+
+// runExpiry is how long the relay waits for a run's receipt: the run's
+// own HostDeadline, from the timeout and delivery its header gives, but
+// never longer than that of the longest run the product allows. The
+// relay does not check runs (the client did, and the guest does), so the
+// header's timeout is only the client's word; the run goes to the guest
+// as it came, and only the relay's own wait is bounded.
+func runExpiry(run *wire.RunHeader) time.Duration {
+	t := run.TimeoutSeconds
+	if !(t > 0) { // NaN too
+		t = 0
+	}
+	bounded := wire.Run{TimeoutSeconds: min(t, wire.MaxTimeoutSeconds), Deliver: run.Deliver}
+	return bounded.HostDeadline()
 }
 
 // NewRelay relays for a guest that has said hello.
@@ -170,16 +182,17 @@ func Handshake(ctx context.Context, guest net.Conn) (wire.Hello, error) {
 	return *m.Hello, nil
 }
 
-// Run reads the guest's answers and hands each to the client that asked,
-// until the guest channel fails. Then every pending request is answered
-// with an error and new ones are refused. The returned error says why the
-// channel ended; a malformed frame is an error the VM cannot recover from.
-func (r *Relay) Run() error {
+// ReadGuest reads the guest's answers and hands each to the client that
+// asked, until the guest channel fails. Then every pending request is
+// answered with an error and new ones are refused. The returned error
+// says why the channel ended; a malformed frame is an error the VM cannot
+// recover from.
+func (r *Relay) ReadGuest() error {
 	defer close(r.ran)
 	stop := make(chan struct{})
 	defer close(stop)
 	go r.sweep(stop)
-	err := r.readGuest()
+	err := r.readAnswers()
 	r.mu.Lock()
 	if r.gone != nil {
 		// A write that timed out, or why the guest was abandoned, says
@@ -221,7 +234,7 @@ func (r *Relay) expire(now time.Time) {
 		msg, cleanup := fmt.Sprintf("the guest did not answer %s in time", p.typ), (*wire.Cleanup)(nil)
 		if p.typ == wire.TypeRun {
 			msg = fmt.Sprintf("no receipt for run %s within its bound: the guest is not answering; see `pybox vm status`", p.runID)
-			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown, Detail: "no receipt came back"}
+			cleanup = wire.Unknown("no receipt came back")
 		}
 		r.answerWith(p, errorMessage(wire.ErrNoReceipt, msg, cleanup))
 	}
@@ -264,7 +277,8 @@ func (r *Relay) answerWith(p *pending, m *wire.Message) {
 	}
 }
 
-func (r *Relay) readGuest() error {
+// readAnswers routes the guest's frames until the channel fails.
+func (r *Relay) readAnswers() error {
 	for {
 		p, err := frame.Read(r.guest)
 		if err != nil {
@@ -302,12 +316,12 @@ func (r *Relay) deliver(typ string, id uint64, payload []byte) {
 		r.logf("the guest answered %s (id %d) with %s: dropped", p.typ, id, typ)
 		var cleanup *wire.Cleanup
 		if p.typ == wire.TypeRun {
-			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown}
+			cleanup = wire.Unknown("the guest answered the run with " + typ)
 		}
 		r.answerWith(p, errorMessage(wire.ErrProtocol, "the guest answered "+p.typ+" with "+typ, cleanup))
 		return
 	case p.c == nil && p.reply == nil:
-		r.logOrphan(p, payload)
+		r.logOrphan(p, typ)
 		return
 	}
 	r.answer(p, typ, payload)
@@ -353,18 +367,16 @@ func allowed(req, reply string) bool {
 	return false
 }
 
-// logOrphan logs how a run ended whose client left (read for the log
-// only).
-func (r *Relay) logOrphan(p *pending, payload []byte) {
-	m, err := wire.Decode(payload)
-	switch {
-	case err != nil:
-		r.logf("%s %s: an unreadable answer after its client left: %v", p.typ, p.runID, err)
-	case m.Type == wire.TypeReceipt:
-		rc := m.Result.Receipt
-		r.logf("run %s ended after its client left: status %s, cleanup %s %s", rc.RunID, rc.Status, rc.Cleanup.Status, rc.Cleanup.Detail)
-	case m.Type == wire.TypeError:
-		r.logf("%s %s: error after its client left: %v", p.typ, p.runID, m.Error)
+// logOrphan logs the answer (of type typ) to a request whose client
+// left, by its header: the relay decodes no answer but its own pings'.
+// How such a run ended, its status and cleanup, is in the agent's own
+// log, on the guest's console (`pybox vm logs`).
+func (r *Relay) logOrphan(p *pending, typ string) {
+	switch typ {
+	case wire.TypeReceipt:
+		r.logf("run %s ended after its client left: its receipt came and was dropped (the console log says how it ended)", p.runID)
+	case wire.TypeError:
+		r.logf("%s %s: an error came after its client left", p.typ, p.runID)
 	}
 }
 
@@ -391,14 +403,14 @@ func (r *Relay) fail(cause error) {
 	for _, p := range ps {
 		var cleanup *wire.Cleanup
 		if p.typ == wire.TypeRun {
-			cleanup = &wire.Cleanup{Status: wire.CleanupUnknown, Detail: "the VM stopped during the run"}
+			cleanup = wire.Unknown("the VM stopped during the run")
 		}
 		r.answerWith(p, errorMessage(wire.ErrNoVM, "the VM stopped: "+cause.Error(), cleanup))
 	}
 }
 
 // Abandon gives up on the guest for why: the channel is closed, and
-// every request in flight is answered with why (once Run sees it).
+// every request in flight is answered with why (once ReadGuest sees it).
 func (r *Relay) Abandon(why error) {
 	r.mu.Lock()
 	if r.gone == nil {
@@ -415,7 +427,7 @@ func (r *Relay) Close() {
 	r.guest.Close()
 	select {
 	case <-r.ran:
-	case <-time.After(time.Second): // Run was never started, or is stuck
+	case <-time.After(time.Second): // ReadGuest was never started, or is stuck
 	}
 	r.mu.Lock()
 	cs := r.clients
@@ -443,7 +455,7 @@ func (r *Relay) Serve(l net.Listener) error {
 }
 
 func (r *Relay) admit(nc net.Conn) {
-	c := newClient(nc, r.logf)
+	c := newPeer(nc, r.logf)
 	r.mu.Lock()
 	full := len(r.clients) >= maxClients
 	if !full {
@@ -506,16 +518,17 @@ func (r *Relay) refuseLegacy(c *peer, p []byte) {
 }
 
 // request handles one frame from a client, of type typ and the client's
-// ID id; false ends the connection. Only a hello and a run are decoded:
-// the hello is the supervisor's own to answer, and a run's data folders
-// are the host's to ready. Everything is forwarded as it came.
+// ID id; false ends the connection. Only a hello is decoded: it is the
+// supervisor's own to answer. Of a run, its header is read: what routes
+// it, its data folders to ready and its bound. Everything is forwarded
+// as it came.
 func (r *Relay) request(c *peer, typ string, id uint64, p []byte) bool {
 	reply := func(code, msg string) {
 		e := errorMessage(code, msg, nil)
 		e.ID = id
 		c.send(e)
 	}
-	var run *wire.Run
+	var run *wire.RunHeader
 	switch {
 	case typ == wire.TypeHello:
 		m, err := wire.Decode(p)
@@ -539,29 +552,26 @@ func (r *Relay) request(c *peer, typ string, id uint64, p []byte) bool {
 		return false
 	case typ == wire.TypeRun:
 		// The client checked the run and the guest checks it again; the
-		// relay reads what it needs to route it and ready its folders.
-		m, err := wire.Decode(p)
-		if err == nil {
-			// What the guest is told of data folders is their names.
-			err = wire.CheckDataNames(m.Run.Data)
-		}
+		// relay reads its header only, and trusts none of it beyond
+		// routing: a wrong header is the guest's to refuse.
+		h, err := wire.PeekRun(p)
 		if err != nil {
-			c.sendErr(id, wire.ErrBadRequest, err.Error(), &wire.Cleanup{Status: wire.CleanupNotAttempted})
+			c.sendErr(id, wire.ErrBadRequest, err.Error(), wire.NothingRan())
 			return true
 		}
-		run = m.Run
+		run = &h
 	}
 	r.forward(c, typ, id, p, run)
 	return true
 }
 
 // forward sends a client's request (p, of type typ and the client's ID
-// id; run is its run, for a run) to the guest under a new ID.
-func (r *Relay) forward(c *peer, typ string, id uint64, p []byte, run *wire.Run) {
+// id; run is its run header, for a run) to the guest under a new ID.
+func (r *Relay) forward(c *peer, typ string, id uint64, p []byte, run *wire.RunHeader) {
 	pd := newPending(c, typ, id, run)
 	var notSent *wire.Cleanup
 	if typ == wire.TypeRun {
-		notSent = &wire.Cleanup{Status: wire.CleanupNotAttempted}
+		notSent = wire.NothingRan()
 	}
 	r.mu.Lock()
 	gone, stopping, all, silent := r.gone, r.stopping, len(r.pending), r.silent
@@ -615,7 +625,7 @@ func (r *Relay) forward(c *peer, typ string, id uint64, p []byte, run *wire.Run)
 // being readied), the run is busy, as the guest would say. The caller
 // must call donePreparing once the run is sent (and so in flight); after
 // a refusal there is nothing to undo.
-func (r *Relay) prepareData(run *wire.Run) ([]wire.DataFolder, *wire.Error) {
+func (r *Relay) prepareData(run *wire.RunHeader) ([]wire.DataFolder, *wire.Error) {
 	r.mu.Lock()
 	busy := r.preparing
 	for _, q := range r.pending {
@@ -676,7 +686,7 @@ func (r *Relay) sendPayload(p *pending, payload []byte) error {
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// Part of the frame may be out: the stream cannot go on. Closing
-		// it ends Run, and every request in flight is answered.
+		// it ends ReadGuest, and every request in flight is answered.
 		r.mu.Lock()
 		if r.gone == nil {
 			r.gone = fmt.Errorf("%w: the guest did not take a frame within %v", ErrWedged, guestWriteLimit)

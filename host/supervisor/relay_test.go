@@ -20,10 +20,10 @@ import (
 
 // harness is a relay with a fake guest on the other end of a pipe.
 type harness struct {
-	t      *testing.T
-	relay  *Relay
-	guest  net.Conn // the fake guest's end
-	runErr chan error
+	t       *testing.T
+	relay   *Relay
+	guest   net.Conn // the fake guest's end
+	readErr chan error
 
 	mu   sync.Mutex
 	logs []string
@@ -32,7 +32,7 @@ type harness struct {
 var guestHello = wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "v-test", Kernel: "6.1-test"}
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, runErr: make(chan error, 1)}
+	h := &harness{t: t, readErr: make(chan error, 1)}
 	hostEnd, guestEnd := net.Pipe()
 	h.guest = guestEnd
 	h.relay = NewRelay(hostEnd, guestHello, func(format string, args ...any) {
@@ -40,7 +40,7 @@ func newHarness(t *testing.T) *harness {
 		h.logs = append(h.logs, fmt.Sprintf(format, args...))
 		h.mu.Unlock()
 	})
-	go func() { h.runErr <- h.relay.Run() }()
+	go func() { h.readErr <- h.relay.ReadGuest() }()
 	t.Cleanup(func() {
 		h.relay.Close()
 		guestEnd.Close()
@@ -174,7 +174,7 @@ func TestRunCheckedByTheGuestNotTheRelay(t *testing.T) {
 	bad.TimeoutSeconds = 1e9 // the relay's own expiry stays bounded
 	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 4, Run: bad})
 	g := recv(t, h.guest)
-	if g.Type != wire.TypeRun || g.Run.RunID != "../x" {
+	if g.Type != wire.TypeRun || g.Run.RunID != "../x" || g.Run.TimeoutSeconds != 1e9 {
 		t.Fatalf("the guest got %+v", g)
 	}
 	send(t, h.guest, &wire.Message{Type: wire.TypeError, ID: g.ID, Error: &wire.Error{Code: wire.ErrBadRequest, Message: "run_id: bad",
@@ -186,6 +186,24 @@ func TestRunCheckedByTheGuestNotTheRelay(t *testing.T) {
 	send(t, c, &wire.Message{Type: wire.TypePing, ID: 5})
 	if g := recv(t, h.guest); g.Type != wire.TypePing {
 		t.Fatalf("the guest got %+v", g)
+	}
+}
+
+// A run frame whose own header cannot be read is refused as nothing ran,
+// before the guest; the connection goes on.
+func TestRunHeaderUnreadable(t *testing.T) {
+	h := newHarness(t)
+	c := h.connect()
+	h.hello(c)
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	frame.Write(c, wire.EncodeRaw(wire.TypeRun, 4, []byte{0, 1, 2}))
+	m := recv(t, c)
+	if m.Type != wire.TypeError || m.ID != 4 || m.Error.Code != wire.ErrBadRequest || *m.Error.Cleanup != *wire.NothingRan() {
+		t.Fatalf("got %+v, want bad_request, nothing ran", m)
+	}
+	send(t, c, &wire.Message{Type: wire.TypePing, ID: 5})
+	if g := recv(t, h.guest); g.Type != wire.TypePing {
+		t.Fatalf("the guest got %+v, want the ping", g)
 	}
 }
 
@@ -222,7 +240,7 @@ func TestClientLeavesMidRun(t *testing.T) {
 	rc := receipt("r2", wire.StatusCancelled)
 	rc.ID = run.ID
 	send(t, h.guest, rc)
-	waitFor(t, func() bool { return h.logged("run r2 ended after its client left: status cancelled") })
+	waitFor(t, func() bool { return h.logged("run r2 ended after its client left") })
 	// The relay still serves others.
 	d := h.connect()
 	h.hello(d)
@@ -286,12 +304,12 @@ func TestGuestGarbageIsFatal(t *testing.T) {
 		t.Fatalf("got %+v, want no_vm with cleanup UNKNOWN", m)
 	}
 	select {
-	case err := <-h.runErr:
+	case err := <-h.readErr:
 		if err == nil || errors.Is(err, errEOF) {
-			t.Fatalf("Run = %v, want a decode error", err)
+			t.Fatalf("ReadGuest = %v, want a decode error", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return")
+		t.Fatal("ReadGuest did not return")
 	}
 	send(t, c, &wire.Message{Type: wire.TypeRun, ID: 2, Run: testRun("r4")})
 	if m := recv(t, c); m.Type != wire.TypeError || m.Error.Code != wire.ErrNoVM || m.Error.Cleanup.Status != wire.CleanupNotAttempted {
@@ -305,12 +323,12 @@ func TestGuestOversizedFrameIsFatal(t *testing.T) {
 	binary.BigEndian.PutUint32(hdr[:], 1<<31)
 	h.guest.Write(hdr[:])
 	select {
-	case err := <-h.runErr:
+	case err := <-h.readErr:
 		if !errors.Is(err, frame.ErrTooLarge) {
-			t.Fatalf("Run = %v, want ErrTooLarge", err)
+			t.Fatalf("ReadGuest = %v, want ErrTooLarge", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return")
+		t.Fatal("ReadGuest did not return")
 	}
 }
 
@@ -543,9 +561,9 @@ func TestGuestStopsReading(t *testing.T) {
 		t.Errorf("the answer took %v", took)
 	}
 	select {
-	case err := <-h.runErr:
+	case err := <-h.readErr:
 		if !errors.Is(err, ErrWedged) {
-			t.Errorf("Run ended with %v, want ErrWedged", err)
+			t.Errorf("ReadGuest ended with %v, want ErrWedged", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the relay did not end")

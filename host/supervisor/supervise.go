@@ -379,7 +379,7 @@ func (s *supervisor) serve(ctx context.Context, m *vm.Machine, r *Relay) error {
 // otherwise: the guest must be restarted.
 func (s *supervisor) serveVM(ctx context.Context, m *vm.Machine, r *Relay) error {
 	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run() }()
+	go func() { relayDone <- r.ReadGuest() }()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	wedged := make(chan error, 1)
@@ -550,9 +550,9 @@ func (s *supervisor) accept(l net.Listener) {
 			r.admit(nc)
 			continue
 		}
-		c := newClient(nc, s.logf)
+		c := newPeer(nc, s.logf)
 		c.send(errorMessage(wire.ErrUnhealthy, "the VM is restarting (its guest stopped answering); try again in a minute, "+
-			"or see `pybox vm status`", &wire.Cleanup{Status: wire.CleanupNotAttempted}))
+			"or see `pybox vm status`", wire.NothingRan()))
 		go c.closeAfterSend()
 	}
 }

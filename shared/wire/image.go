@@ -39,7 +39,7 @@ func DecodeImageAbout(p []byte) (ImageAbout, error) {
 	if len(p) > MaxImageAboutBytes {
 		return a, fmt.Errorf("%s is %d bytes; the limit is %d", ImageAboutFile, len(p), MaxImageAboutBytes)
 	}
-	if err := decodeStrict(p, &a); err != nil {
+	if err := DecodeStrict(p, &a, "the file"); err != nil {
 		return ImageAbout{}, fmt.Errorf("%s: %w", ImageAboutFile, err)
 	}
 	if err := a.Check(); err != nil {

@@ -9,8 +9,10 @@ import (
 )
 
 // ProtocolVersion is checked in the hello handshake; a peer that speaks
-// another version is refused.
-const ProtocolVersion = 3
+// another version is refused. 3 framed every message as a header of kind
+// and ID and a JSON body; 4 gives a run frame a header of its own
+// (RunHeader), so that the supervisor routes runs without their body.
+const ProtocolVersion = 4
 
 // Message types. Every request the host sends carries an ID; the guest's
 // answer carries the same ID. A run is answered once, by its receipt (or by
@@ -177,12 +179,13 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 //
 //	byte 0     the kind: the message type's code (see kinds)
 //	bytes 1–8  the ID, big-endian
-//	bytes 9–   the body (Hello, Run, Result, ...); none for ping, ok
+//	           a run's own header, for a run only (RunHeader)
+//	then       the body (Hello, Run, Result, ...); none for ping, ok
 //	           and shutdown, and a pong's status may be left out
 //
 // The header is all that routing needs: the supervisor matches answers to
 // requests and forwards frames by it, without decoding bodies. The body
-// is decoded strictly, once, by the process that asked.
+// is decoded strictly (DecodeStrict), once, by the process that asked.
 const headerSize = 9
 
 // legacyHello is the first byte of a frame in the JSON-only framing of
@@ -195,13 +198,22 @@ func Encode(m *Message) ([]byte, error) {
 	if kind <= 0 {
 		return nil, fmt.Errorf("wire: unknown message type %q", m.Type)
 	}
-	if err := m.check(); err != nil {
+	err := m.check()
+	if err != nil {
 		return nil, err
 	}
 	p := make([]byte, headerSize, headerSize+64)
 	p[0] = byte(kind)
 	binary.BigEndian.PutUint64(p[1:], m.ID)
-	if body := m.body(false); body != nil {
+	body := m.body(false)
+	if m.Type == TypeRun {
+		h, b := splitRun(m.Run)
+		if p, err = h.appendTo(p); err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -211,8 +223,9 @@ func Encode(m *Message) ([]byte, error) {
 	return p, nil
 }
 
-// EncodeRaw makes a frame's payload of a header and body bytes as they
-// are, unchecked: for tests that must send what Encode never makes.
+// EncodeRaw makes a frame's payload of a kind, an ID and the bytes after
+// them as they are (for a run, its run header and body), unchecked: for
+// tests that must send what Encode never makes.
 func EncodeRaw(typ string, id uint64, body []byte) []byte {
 	p := make([]byte, headerSize, headerSize+len(body))
 	if k := slices.Index(kinds, typ); k > 0 {
@@ -223,13 +236,12 @@ func EncodeRaw(typ string, id uint64, body []byte) []byte {
 }
 
 // body is the body m's type carries, or nil. With fill, an empty one is
-// made first, for a decoder to fill.
+// made first, for a decoder to fill. A run's is not m.Run but part of it
+// (splitRun, joinRun).
 func (m *Message) body(fill bool) any {
 	switch m.Type {
 	case TypeHello:
 		return slot(&m.Hello, fill)
-	case TypeRun:
-		return slot(&m.Run, fill)
 	case TypeReceipt:
 		return slot(&m.Result, fill)
 	case TypeCancel:
@@ -258,8 +270,8 @@ func slot[T any](field **T, fill bool) any {
 	return *field
 }
 
-// Peek reads a frame's header: the message type and ID, checked, and
-// nothing of the body.
+// Peek reads a frame's kind and ID, checked, and nothing after them (a
+// run's own header: PeekRun).
 func Peek(p []byte) (typ string, id uint64, err error) {
 	if len(p) > 0 && p[0] == legacyHello {
 		return "", 0, ErrLegacy
@@ -285,31 +297,52 @@ func SetID(p []byte, id uint64) {
 var ErrLegacy = errors.New("wire: a frame from an older pybox (protocol before 3)")
 
 // Decode reads a frame's payload: its header, then its body, strictly
-// (see decodeStrict), into the type the kind names. A body the type
-// needs must be there; a body it has none of must not.
+// (DecodeStrict), into the type the kind names. A body the type needs
+// must be there; a body it has none of must not. A run is read from its
+// header and its body together.
 func Decode(p []byte) (*Message, error) {
 	typ, id, err := Peek(p)
 	if err != nil {
 		return nil, err
 	}
 	m := &Message{Type: typ, ID: id}
-	// A pong's status may be left out.
-	body := m.body(typ != TypePong || len(p) > headerSize)
 	rest := p[headerSize:]
-	switch {
-	case body == nil && len(rest) > 0:
-		return nil, fmt.Errorf("wire: a %s message has no body, and this one has %d bytes", typ, len(rest))
-	case body == nil:
-	case len(rest) == 0:
-		return nil, fmt.Errorf("wire: %s message without its body", typ)
-	case rest[0] != '{':
-		return nil, fmt.Errorf("wire: a %s message's body is not a JSON object", typ)
-	default:
-		if err := decodeStrict(rest, body); err != nil {
-			return nil, fmt.Errorf("wire: %s: %w", typ, err)
+	if typ == TypeRun {
+		h, rest, err := readRunHeader(rest)
+		if err != nil {
+			return nil, err
 		}
+		var b runBody
+		if err := decodeBody(typ, rest, &b); err != nil {
+			return nil, err
+		}
+		m.Run = joinRun(h, &b)
+		return m, nil
+	}
+	// A pong's status may be left out.
+	if err := decodeBody(typ, rest, m.body(typ != TypePong || len(rest) > 0)); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// decodeBody reads the body rest of a typ message into body, nil when
+// the type has none.
+func decodeBody(typ string, rest []byte, body any) error {
+	switch {
+	case body == nil && len(rest) > 0:
+		return fmt.Errorf("wire: a %s message has no body, and this one has %d bytes", typ, len(rest))
+	case body == nil:
+	case len(rest) == 0:
+		return fmt.Errorf("wire: %s message without its body", typ)
+	case rest[0] != '{':
+		return fmt.Errorf("wire: a %s message's body is not a JSON object", typ)
+	default:
+		if err := DecodeStrict(rest, body, "the message"); err != nil {
+			return fmt.Errorf("wire: %s: %w", typ, err)
+		}
+	}
+	return nil
 }
 
 // LegacyHello reads the hello, or the refusal of one, of a peer that

@@ -99,7 +99,10 @@ type InputFile struct {
 }
 
 // Check checks every bound of a run request. The error says which rule was
-// broken; nothing may run when it is not nil.
+// broken; nothing may run when it is not nil. It is the one check of a
+// run on each side of the wall: on the host client.CheckRun makes it
+// for every run sent (a server adds only its own ceilings), in the guest
+// the agent makes it for every run it gets.
 func (r *Run) Check() error {
 	if err := checkToken("run_id", r.RunID, MaxRunIDBytes); err != nil {
 		return err

@@ -163,10 +163,10 @@ func TestEncodeDecodePeek(t *testing.T) {
 			t.Fatalf("Decode: %+v %v", back, err)
 		}
 		m.ID = 99
-		a, _ := json.Marshal(m.body(false))
-		b, _ := json.Marshal(back.body(false))
+		a, _ := json.Marshal(m)
+		b, _ := json.Marshal(back)
 		if !bytes.Equal(a, b) {
-			t.Errorf("body %s came back as %s", a, b)
+			t.Errorf("%s came back as %s", a, b)
 		}
 	}
 	if _, err := Encode(&Message{Type: TypeRun, ID: 1}); err == nil {
@@ -201,7 +201,9 @@ func TestLegacyHello(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(payload(TypePing, 1, ""))
 	f.Add(payload(TypeReceipt, 9, `{"receipt":{"status":"ok","cleanup":{"status":"REMOVED"}}}`))
-	f.Add(payload(TypeRun, 2, `{"run_id":"a","code":"x","image":"stdlib","timeout_s":1,"max_output_bytes":1,"files":[{"name":"a","content":"AAAA"}]}`))
+	if p, err := Encode(&Message{Type: TypeRun, ID: 2, Run: fullRun()}); err == nil {
+		f.Add(p)
+	}
 	f.Add([]byte(`{"type":"hello","id":1,"hello":{"protocol":2}}`))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		LegacyHello(p)

@@ -1,4 +1,4 @@
-// Command fakemcp stands in for `pybox mcp` in host/check's tests: a
+// Command fakemcp stands in for `pybox mcp` in host/mcptest's tests: a
 // run_python server over stdio that needs no VM and answers each of the
 // checks' programs (told apart by their "# pybox check: NAME" line) with
 // a canned receipt. It is healthy unless -flaw names one defect, each of
