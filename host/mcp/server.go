@@ -200,7 +200,7 @@ func (s *Server) run(ctx context.Context, raw []byte) outcome {
 			code, msg = we.Code, we.Message
 		}
 		s.logf("call refused: %s: %s", code, msg)
-		if !strings.Contains(msg, "pybox vm start") {
+		if code == wire.ErrNoVM && !strings.Contains(msg, "pybox vm start") {
 			msg += ": " + startHint
 		}
 		return refused(code, msg+". Nothing ran.")

@@ -28,6 +28,11 @@ const (
 	sweepEvery   = time.Second
 )
 
+// helloLimit is how long a new connection may take to say hello: one
+// that says nothing would hold one of maxClients for nobody. (A variable
+// for the tests.)
+var helloLimit = 5 * time.Second
+
 // guestWriteLimit: a guest that does not take a frame for this long is
 // wedged; the frame may be half written, so the channel is closed. (A
 // variable for the tests.)
@@ -463,8 +468,11 @@ func (r *Relay) admit(nc net.Conn) {
 	}
 	r.mu.Unlock()
 	if full {
-		c.send(errorMessage(wire.ErrBusy, fmt.Sprintf("the supervisor has %d clients already", maxClients), nil))
-		c.closeAfterSend()
+		c.send(errorMessage(wire.ErrBusy, fmt.Sprintf("the VM's supervisor has %d connections already, the most it takes (each pybox mcp and pybox run holds one): "+
+			"nothing ran; stop an agent's server you no longer use, or try again in a moment", maxClients), wire.NothingRan()))
+		// Not on the accept loop: a refused client that does not read
+		// must not hold up the next one.
+		go c.closeAfterSend()
 		return
 	}
 	go func() {
@@ -474,9 +482,22 @@ func (r *Relay) admit(nc net.Conn) {
 }
 
 // serveClient reads a client's requests until it leaves or breaks a rule.
+// Its first frame must come within helloLimit.
 func (r *Relay) serveClient(c *peer) {
+	c.nc.SetReadDeadline(time.Now().Add(helloLimit))
+	waiting := true // for the hello, under the deadline
 	for {
+		if waiting && c.helloDone {
+			c.nc.SetReadDeadline(time.Time{})
+			waiting = false
+		}
 		p, err := frame.Read(c.nc)
+		if waiting && errors.Is(err, os.ErrDeadlineExceeded) {
+			r.logf("client: no hello within %s: disconnected", helloLimit)
+			c.send(errorMessage(wire.ErrProtocol, fmt.Sprintf("no hello within %s", helloLimit), nil))
+			c.closeAfterSend()
+			return
+		}
 		var typ string
 		var id uint64
 		if err == nil {

@@ -748,3 +748,42 @@ func leaveWhileOutputStreams(t *testing.T, h *harness, runID string) {
 	rc.ID = g.ID
 	send(t, h.guest, rc)
 }
+
+// A host that is full says so, and what is true of the run: nothing
+// ran. A connection that never says hello does not keep its place: it is
+// dropped, and the next client gets in.
+func TestFullHost(t *testing.T) {
+	defer func(d time.Duration) { helloLimit = d }(helloLimit)
+	helloLimit = 300 * time.Millisecond
+	h := newHarness(t)
+	var idle []net.Conn
+	for range maxClients {
+		idle = append(idle, h.connect()) // they never say hello
+	}
+	extra := h.connect()
+	m := recv(t, extra)
+	if m.Type != wire.TypeError || m.Error.Code != wire.ErrBusy || m.Error.Cleanup == nil ||
+		m.Error.Cleanup.Status != wire.CleanupNotAttempted || !strings.Contains(m.Error.Message, "nothing ran") {
+		t.Fatalf("a client past the limit got %+v (cleanup %+v)", m.Error, m.Error.Cleanup)
+	}
+	// The silent ones are told why and let go; then there is room.
+	for _, c := range idle {
+		if m := recv(t, c); m.Type != wire.TypeError || !strings.Contains(m.Error.Message, "no hello") {
+			t.Fatalf("a silent client got %+v", m)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		h.relay.mu.Lock()
+		n := len(h.relay.clients)
+		h.relay.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.hello(h.connect())
+	if !h.logged("no hello within") {
+		t.Error("the supervisor's log does not say why it dropped the silent clients")
+	}
+}
