@@ -896,3 +896,40 @@ func TestHostWallNoJailPossible(t *testing.T) {
 	e.pybox("vm", "stop")
 	e.expectGone()
 }
+
+// TestHostFull: 32 connections to the supervisor that never say hello
+// fill it. A run then is told the truth (the supervisor is full; nothing
+// ran, cleanup NOT_ATTEMPTED); a few seconds later the silent ones have
+// been dropped, and a run goes through.
+func TestHostFull(t *testing.T) {
+	e := newVMEnv(t)
+	linkImages(t, e, "stdlib")
+	e.mustStart("--accel", "tcg", "--images", "stdlib")
+	sock := paths.ForVM(e.home).Socket()
+	for range 32 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	r := runPy(t, e, `print("ran")`)
+	// Catches: "no_vm: write: broken pipe", or busy with cleanup UNKNOWN,
+	// for a run that never started on a VM that runs.
+	if r.code == exitOK || r.Error == nil || r.Error.Cleanup == nil || r.Error.Cleanup.Status != wire.CleanupNotAttempted ||
+		!strings.Contains(r.Error.Message, "nothing ran") || !strings.Contains(r.Error.Message, "32 connections") {
+		t.Fatalf("a run on a full host: exit %d, %+v\n%s", r.code, r.Error, r.stderr)
+	}
+	// Catches: connections that say nothing keeping their places forever.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		time.Sleep(time.Second)
+		r = runPy(t, e, `print("ran")`)
+		if r.code == exitOK || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r.code != exitOK || r.receipt(t).Capture.Stdout != "ran\n" {
+		t.Fatalf("a run once the silent connections should be gone: exit %d\n%s", r.code, r.stderr)
+	}
+}

@@ -123,6 +123,19 @@ func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
 	if err == nil && m.Type != wire.TypeHello {
 		err = fmt.Errorf("client: the supervisor answered hello with %s", m.Type)
 	}
+	var said *wire.Error
+	if err != nil && !errors.As(err, &said) {
+		// A supervisor that refuses a connection (it is full) says why
+		// and closes it, perhaps before the hello is written: what it
+		// said is the truth, not the broken pipe.
+		select {
+		case <-c.done:
+		case <-time.After(time.Second):
+		}
+		if cause := c.cause(); errors.As(cause, &said) {
+			err = said
+		}
+	}
 	if err != nil {
 		nc.Close()
 		var we *wire.Error
