@@ -390,6 +390,13 @@ func (s *supervisor) serveVM(ctx context.Context, m *vm.Machine, r *Relay) error
 		s.logf("the VM exited: %v", orClean(m.Err()))
 		return nil
 	case err := <-relayDone:
+		if vmExited(m) {
+			// QEMU died and took the channel with it (a reset as often as
+			// an end): its exit, not the broken channel, says what
+			// happened, and a VM that ended by itself is not restarted.
+			s.logf("the guest channel ended (%v), and the VM exited: %v", err, orClean(m.Err()))
+			return nil
+		}
 		if !errors.Is(err, io.EOF) {
 			// A guest that breaks the protocol is not trusted with
 			// another frame; one that does not read is wedged.
@@ -413,6 +420,21 @@ func (s *supervisor) serveVM(ctx context.Context, m *vm.Machine, r *Relay) error
 		s.logf("the VM did not exit within %s: killing it", guestGrace)
 	}
 	return nil
+}
+
+// exitGrace is how long a broken guest channel waits to see whether the
+// VM is exiting, before the channel's break is taken for the guest's.
+const exitGrace = time.Second
+
+// vmExited reports whether the VM process has exited, or does within
+// exitGrace.
+func vmExited(m *vm.Machine) bool {
+	select {
+	case <-m.Done():
+		return true
+	case <-time.After(exitGrace):
+		return false
+	}
 }
 
 // unasked is the supervisor's verdict on a VM that stays stopped: nil when
