@@ -50,6 +50,9 @@ const (
 	useDevice = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
 )
 
+// ruleAccess is what the program may do with each kind of entry.
+var ruleAccess = map[kind]uint64{tree: readTree, file: readFile, program: runFile, device: useDevice, folder: readData}
+
 // ruleset is the handled rights of one Landlock ruleset.
 type ruleset struct {
 	fs, net, scoped uint64
@@ -90,46 +93,23 @@ func restrict(spec *Spec) error {
 		return err
 	}
 	defer unix.Close(fd)
-	handledFS := rs.fs
-	rule := func(path string, access uint64) error {
-		return addRule(fd, path, access&handledFS)
-	}
-	for _, d := range systemDirs {
-		if _, err := os.Stat(d); err == nil {
-			if err := rule(d, readTree); err != nil {
-				return err
-			}
-		}
-	}
-	for _, f := range systemFiles {
-		if _, err := os.Stat(f); err == nil {
-			if err := rule(f, readFile); err != nil {
-				return err
-			}
-		}
-	}
-	for _, d := range append(append([]string(nil), basicDevices...), spec.Devices...) {
-		if err := rule(d, useDevice); err != nil {
-			return err
-		}
-	}
-	if err := rule(spec.Program, runFile); err != nil {
-		return err
-	}
-	for _, f := range spec.Files {
-		if err := rule(f.Host, readFile); err != nil {
-			return err
-		}
-	}
-	for _, f := range spec.Folders {
-		dir, err := sameDir(f)
+	entries, links := contents(spec)
+	for _, e := range entries {
+		dir, err := e.open()
 		if err != nil {
-			return err
+			return fmt.Errorf("landlock: %w", err)
 		}
-		err = addRuleFD(fd, dir, readData)
+		err = addRuleFD(fd, dir, ruleAccess[e.kind]&rs.fs)
 		unix.Close(dir)
 		if err != nil {
-			return fmt.Errorf("landlock: data folder %s: %w", f.Host, err)
+			return fmt.Errorf("landlock: %s: %w", e.host, err)
+		}
+	}
+	// A link among the system directories: its target, as the host has
+	// it (under /usr on a merged /usr, where the rule adds nothing).
+	for _, l := range links {
+		if err := addRule(fd, l, readTree&rs.fs); err != nil {
+			return err
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {

@@ -50,55 +50,17 @@ func buildRoot(spec *Spec) error {
 			unix.Close(b.fd)
 		}
 	}()
-	add := func(b bind, err error) error {
+	entries, linked := contents(spec)
+	for _, e := range entries {
+		fd, err := e.open()
 		if err != nil {
 			return err
 		}
-		binds = append(binds, b)
-		return nil
+		binds = append(binds, bind{src: e.host, dst: e.jail, fd: fd, recursive: e.kind == tree || e.kind == folder, attr: mountAttr[e.kind]})
 	}
 	var links []step
-	for _, d := range systemDirs {
-		fi, err := os.Lstat(d)
-		switch {
-		case err != nil:
-			continue // this host has none
-		case fi.Mode()&fs.ModeSymlink != 0:
-			links = append(links, symlinkStep(d))
-			continue
-		}
-		if err := add(openBind(d, d, true, readOnly)); err != nil {
-			return err
-		}
-	}
-	for _, f := range systemFiles {
-		if _, err := os.Stat(f); err == nil {
-			if err := add(openBind(f, f, false, readOnly)); err != nil {
-				return err
-			}
-		}
-	}
-	for _, d := range append(append([]string(nil), basicDevices...), spec.Devices...) {
-		if err := add(openBind(d, d, false, devices)); err != nil {
-			return err
-		}
-	}
-	if !under(spec.Program, systemDirs) {
-		// A QEMU outside /usr (PYBOX_QEMU): the program file alone.
-		if err := add(openBind(spec.Program, spec.Program, false, readOnly)); err != nil {
-			return err
-		}
-	}
-	for _, f := range spec.Files {
-		if err := add(openBind(f.Host, f.Jail, false, readOnly)); err != nil {
-			return err
-		}
-	}
-	for _, f := range spec.Folders {
-		fd, err := sameDir(f)
-		if err := add(bind{src: f.Host, fd: fd, dst: f.Jail, recursive: true, attr: folder}, err); err != nil {
-			return err
-		}
+	for _, d := range linked {
+		links = append(links, symlinkStep(d))
 	}
 
 	steps := []step{
@@ -135,15 +97,6 @@ type bind struct {
 	attr      *unix.MountAttr
 }
 
-// openBind opens src for a bind (O_PATH: nothing is read).
-func openBind(src, dst string, recursive bool, attr *unix.MountAttr) (bind, error) {
-	fd, err := unix.Open(src, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return bind{}, fmt.Errorf("open %s: %w", src, err)
-	}
-	return bind{src: src, dst: dst, fd: fd, recursive: recursive, attr: attr}, nil
-}
-
 func (b bind) step() step {
 	what := "mount --bind"
 	if b.recursive {
@@ -166,11 +119,14 @@ func symlinkStep(d string) step {
 	}}
 }
 
+// mountAttr is how each kind of entry is bound.
+var mountAttr = map[kind]*unix.MountAttr{tree: readOnly, file: readOnly, program: readOnly, device: devices, folder: folderAttr}
+
 // Attributes of the bind mounts.
 var (
 	readOnly = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	// A data folder: not even a program of the folder runs from it.
-	folder = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	folderAttr = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
 	// A device node: read-only is its inode, not its data, so a write
 	// to /dev/null still works and a chmod of it does not.
 	devices = &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}
