@@ -79,10 +79,18 @@ func (c *Cmd) Start() error {
 	if err != nil {
 		return err
 	}
-	lifeR, lifeW, err := pipe()
+	// The life pipe's write end outlives Start when the program runs:
+	// the helper takes it as the sign that the supervisor lives.
+	lifeR, lifeW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
+	closeAfter = append(closeAfter, lifeR)
+	defer func() {
+		if c.life != lifeW {
+			lifeW.Close()
+		}
+	}()
 	if _, err := specW.Write(spec); err != nil {
 		return fmt.Errorf("jail: handing the helper its jail: %w", err)
 	}
@@ -113,9 +121,6 @@ func (c *Cmd) Start() error {
 		cmd.Wait()
 		return fmt.Errorf("jail: %s: %s", c.Spec.Mode, strings.TrimSpace(string(msg)))
 	}
-	// The write end of the life pipe stays open here while the program
-	// runs: the helper took it as a sign that the supervisor lives.
-	closeAfter = removeFile(closeAfter, lifeW)
 	c.cmd, c.life = cmd, lifeW
 	return nil
 }
@@ -160,14 +165,4 @@ var ErrNoUserNamespace = errors.New("jail: this system lets you create no user n
 // user namespace: refused (EPERM, EACCES) or over the limit (ENOSPC).
 func noUserNamespace(err error) bool {
 	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EACCES)
-}
-
-func removeFile(fs []*os.File, f *os.File) []*os.File {
-	out := fs[:0]
-	for _, g := range fs {
-		if g != f {
-			out = append(out, g)
-		}
-	}
-	return out
 }
