@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -257,7 +258,7 @@ func qemuArgs(cfg Config, accel string, tscKHz int, sandbox bool, mode string) [
 		// host kernel refuse every write whatever QEMU asks for. A comma
 		// in the path is doubled, as QEMU's option syntax asks.
 		id := "data" + strconv.Itoa(i)
-		path := jail.Place(mode, d.hostPath(), "data", d.Name)
+		path := jail.Place(mode, d.Folder, "data", d.Name)
 		args = append(args,
 			"-fsdev", "local,id="+id+",path="+strings.ReplaceAll(path, ",", ",,")+",security_model=none,readonly=on",
 			"-device", "virtio-9p"+k.suffix+",fsdev="+id+",mount_tag="+DataTag(i))
@@ -340,18 +341,19 @@ func Start(cfg Config, a Attempt, stderr io.Writer) (*Machine, error) {
 		// once rather than waiting on a socket nobody serves.
 		defer listener.Close()
 	}
+	cfg.Data = whereNow(cfg.Data)
 	var failed []string
 	noUserns := false
 	for _, mode := range modes {
+		if noUserns && mode != jail.None {
+			continue // every jail needs one; the error says so once
+		}
 		run := qemuRun{qemu: qemu, args: qemuArgs(cfg, a.Accel, tsc, sandbox, mode), listener: listener}
 		var launch func(stdio) launcher
 		if mode == jail.None {
 			launch = run.plain
 		} else {
 			launch = func(io stdio) launcher { return run.jailed(cfg, mode, devices, io) }
-		}
-		if noUserns && mode != jail.None {
-			continue // every jail needs one; the error says so once
 		}
 		m, err := startQEMU(launch, cfg, a, stderr)
 		if err != nil {
@@ -422,25 +424,33 @@ func describeJail(mode string, notes, failed []string) string {
 	return d
 }
 
-// dev and ino are the data folder's device and inode: of the directory
-// the supervisor opened, or where it opened none, of its path now.
-func (d DataShare) dev() uint64 { st := d.stat(); return st.Dev }
-func (d DataShare) ino() uint64 { st := d.stat(); return st.Ino }
-
-func (d DataShare) stat() syscall.Stat_t {
+// identity is the data folder's device and inode: of the directory the
+// supervisor opened, or where it opened none, of its path now.
+func (d DataShare) identity() (dev, ino uint64) {
 	var st syscall.Stat_t
 	if d.Dir != nil {
 		syscall.Fstat(int(d.Dir.Fd()), &st)
 	} else {
 		syscall.Stat(d.Folder, &st)
 	}
-	return st
+	return st.Dev, st.Ino
 }
 
-// hostPath is where the data folder the supervisor holds open is now: a
-// guest restarted after the folder was moved is given the same folder
-// (whose path calls then say has moved) rather than none. The jail
-// checks it is the same directory, by device and inode.
+// whereNow is shares with each folder's path where the directory the
+// supervisor holds open is now: a guest restarted after a folder was
+// moved is given the same folder (whose old path calls then say has
+// moved) rather than none. The jail checks it is the same directory, by
+// device and inode.
+func whereNow(shares []DataShare) []DataShare {
+	out := slices.Clone(shares)
+	for i := range out {
+		out[i].Folder = out[i].hostPath()
+	}
+	return out
+}
+
+// hostPath is where the directory the supervisor holds open for d is now,
+// or d.Folder where it holds none (or the directory is gone).
 func (d DataShare) hostPath() string {
 	if d.Dir != nil {
 		if p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(d.Dir.Fd()))); err == nil && filepath.IsAbs(p) && !strings.HasSuffix(p, " (deleted)") {
@@ -511,7 +521,8 @@ func (r qemuRun) jailed(cfg Config, mode string, devices []string, io stdio) lau
 		spec.Files = append(spec.Files, jail.File{Host: im.Path, Jail: jail.Place(mode, im.Path, "images", im.Name)})
 	}
 	for _, d := range cfg.Data {
-		spec.Folders = append(spec.Folders, jail.Folder{Host: d.hostPath(), Jail: jail.Place(mode, d.hostPath(), "data", d.Name), Dev: d.dev(), Ino: d.ino()})
+		dev, ino := d.identity()
+		spec.Folders = append(spec.Folders, jail.Folder{Host: d.Folder, Jail: jail.Place(mode, d.Folder, "data", d.Name), Dev: dev, Ino: ino})
 	}
 	c := &jail.Cmd{Spec: spec, Helper: jail.Helper(), Stdin: io.in, Stdout: io.out, Stderr: io.err, Listener: r.listener}
 	return jailCmd{c}

@@ -356,7 +356,10 @@ func TestDataShareHostPath(t *testing.T) {
 	if got := d.hostPath(); got != dir+".moved" {
 		t.Errorf("after a move: %q, want %q", got, dir+".moved")
 	}
-	if d.ino() == 0 {
+	if _, ino := d.identity(); ino == 0 {
 		t.Error("no inode from the handle")
+	}
+	if got := whereNow([]DataShare{d}); got[0].Folder != dir+".moved" || d.Folder != dir {
+		t.Errorf("whereNow: %q (the share given: %q)", got[0].Folder, d.Folder)
 	}
 }
