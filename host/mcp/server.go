@@ -240,20 +240,12 @@ func (s *Server) admitOutput(runID string) (*outdir.Dir, error) {
 
 // outputFull says what fills the output folder and how to make room.
 func (s *Server) outputFull(e *outdir.FullError) error {
-	held := fmt.Sprintf("it holds %d bytes (as du counts them) in %d entries", e.Held.Bytes, e.Held.Entries)
 	if e.ByEntries {
-		if e.Reserved.Entries > 0 {
-			held += fmt.Sprintf(", runs in progress have %d more reserved", e.Reserved.Entries)
-		}
 		return fmt.Errorf("the output folder %s is full: %s, and it may hold %d entries; move or delete folders of earlier runs there (pybox never deletes them)",
-			s.opts.OutputDir, held, e.MaxEntries)
-	}
-	held += fmt.Sprintf(", which count as %d bytes (%d for each entry)", e.Held.Cost(), outdir.EntryCost)
-	if e.Reserved.Bytes > 0 {
-		held += fmt.Sprintf(", runs in progress have %d more reserved", e.Reserved.Bytes)
+			s.opts.OutputDir, e.Holds(), e.MaxEntries)
 	}
 	return fmt.Errorf("the output folder %s is full: %s, and --max-output-dir-total is %d; move or delete folders of earlier runs there (pybox never deletes them), or raise the limit",
-		s.opts.OutputDir, held, s.opts.MaxOutputDirTotal)
+		s.opts.OutputDir, e.Holds(), s.opts.MaxOutputDirTotal)
 }
 
 // saveOutput keeps the files of the output folder that the receipt lists
@@ -385,7 +377,7 @@ func detail(d string) string {
 	if d == "" {
 		return ""
 	}
-	return " (" + cutString(d, 200) + ")"
+	return " (" + client.Cut(d, 200) + ")"
 }
 
 // logHandler sends the SDK's warnings and errors to logf; its info-level

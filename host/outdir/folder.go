@@ -40,12 +40,28 @@ type FullError struct {
 }
 
 func (e *FullError) Error() string {
+	limit := fmt.Sprintf("it may hold %d", e.MaxCost)
 	if e.ByEntries {
-		return fmt.Sprintf("outdir: the output folder %s is full: it holds %d entries, runs in progress have %d more reserved, and it may hold %d; move or delete folders of earlier runs there",
-			e.Path, e.Held.Entries, e.Reserved.Entries, e.MaxEntries)
+		limit = fmt.Sprintf("it may hold %d entries", e.MaxEntries)
 	}
-	return fmt.Sprintf("outdir: the output folder %s is full: it holds %d bytes (as du counts them) in %d entries, which count as %d bytes (%d for each entry), runs in progress have %d more reserved, and it may hold %d; move or delete folders of earlier runs there",
-		e.Path, e.Held.Bytes, e.Held.Entries, e.Held.Cost(), EntryCost, e.Reserved.Bytes, e.MaxCost)
+	return fmt.Sprintf("outdir: the output folder %s is full: %s, and %s; move or delete folders of earlier runs there", e.Path, e.Holds(), limit)
+}
+
+// Holds says what fills the folder, in the measure of the bound that is
+// hit: bytes as du counts them and what they cost with their entries, or
+// entries; and what runs in progress have reserved of it.
+func (e *FullError) Holds() string {
+	s := fmt.Sprintf("it holds %d bytes (as du counts them) in %d entries", e.Held.Bytes, e.Held.Entries)
+	reserved := e.Reserved.Bytes
+	if e.ByEntries {
+		reserved = e.Reserved.Entries
+	} else {
+		s += fmt.Sprintf(", which count as %d bytes (%d for each entry)", e.Held.Cost(), EntryCost)
+	}
+	if reserved > 0 {
+		s += fmt.Sprintf(", runs in progress have %d more reserved", reserved)
+	}
+	return s
 }
 
 // Admit makes the run's directory in the folder and reserves its room,
