@@ -6,6 +6,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"pybox/host/client"
 	"pybox/host/picture"
 )
 
@@ -134,7 +135,7 @@ func (t *trimmer) notePictures(pics []shownPicture, detailed bool) {
 				t.note("%d more files are not shown as images; they are returned as files", len(left)-i)
 				break
 			}
-			t.note("%s is not shown as an image (%s); it is returned as a file", cutString(p.name, pictureNameBytes), p.why)
+			t.note("%s is not shown as an image (%s); it is returned as a file", client.Cut(p.name, pictureNameBytes), p.why)
 		}
 	}
 }

@@ -432,7 +432,7 @@ func FuzzShape(f *testing.F) {
 			rec.Output.NotReturned = append(rec.Output.NotReturned, wire.NotReturned{Name: name, Reason: stdout})
 		}
 		d := checkResult(t, shape(outcome{RunID: "fuzz", Result: taken(&wire.Result{Receipt: rec, Files: files}), ReturnFiles: returnFiles}))
-		want := cutString(cleanup, maxShortString)
+		want := client.Cut(cleanup, maxShortString)
 		if want == "" {
 			want = wire.CleanupUnknown // an empty status is no status: the undeliverable path says UNKNOWN
 		}

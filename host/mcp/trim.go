@@ -23,10 +23,6 @@ const (
 	noteRoom = 4 << 10
 )
 
-// cutString cuts s to at most n bytes, marked with "…", as host/client
-// cuts the receipt's strings.
-var cutString = client.Cut
-
 // shape turns an outcome into the tool result, trimmed to fit 64 KiB of
 // receipt and 256 KiB of response. It is a pure function. Whatever it gets,
 // the result fits and still carries the cleanup status: when nothing else
@@ -281,13 +277,13 @@ func (t *trimmer) toEssentials(limit string) {
 // undeliverable is the last resort: an error that still carries the real
 // cleanup status. Everything in it is bounded, so it always fits.
 func (t *trimmer) undeliverable() {
-	e := &essentials{RunID: cutString(t.runID, wire.MaxRunIDBytes), Cleanup: *wire.Unknown("the result held no cleanup status")}
+	e := &essentials{RunID: client.Cut(t.runID, wire.MaxRunIDBytes), Cleanup: *wire.Unknown("the result held no cleanup status")}
 	if prev, ok := t.doc.Execution.(*essentials); ok {
-		e.Status, e.ExitCode = cutString(prev.Status, maxShortString), prev.ExitCode
-		e.Cleanup = wire.Cleanup{Status: cutString(prev.Cleanup.Status, maxShortString), Detail: cutString(prev.Cleanup.Detail, 512)}
+		e.Status, e.ExitCode = client.Cut(prev.Status, maxShortString), prev.ExitCode
+		e.Cleanup = wire.Cleanup{Status: client.Cut(prev.Cleanup.Status, maxShortString), Detail: client.Cut(prev.Cleanup.Detail, 512)}
 	} else if r, ok := t.doc.Execution.(*wire.Receipt); ok {
 		e.Status, e.ExitCode = r.Status, r.ExitCode
-		e.Cleanup = wire.Cleanup{Status: r.Cleanup.Status, Detail: cutString(r.Cleanup.Detail, 512)}
+		e.Cleanup = wire.Cleanup{Status: r.Cleanup.Status, Detail: client.Cut(r.Cleanup.Detail, 512)}
 	}
 	t.doc = document{
 		SchemaVersion: ResultSchemaVersion,
@@ -321,11 +317,11 @@ func essentialsOf(r *wire.Receipt, runID string) *essentials {
 		runID = r.RunID
 	}
 	return &essentials{
-		RunID:    cutString(runID, wire.MaxRunIDBytes),
+		RunID:    client.Cut(runID, wire.MaxRunIDBytes),
 		Status:   r.Status,
-		Reason:   cutString(r.Reason, 256),
+		Reason:   client.Cut(r.Reason, 256),
 		ExitCode: r.ExitCode,
-		Cleanup:  wire.Cleanup{Status: r.Cleanup.Status, Detail: cutString(r.Cleanup.Detail, 512)},
+		Cleanup:  wire.Cleanup{Status: r.Cleanup.Status, Detail: client.Cut(r.Cleanup.Detail, 512)},
 	}
 }
 
@@ -333,12 +329,12 @@ func cutError(e *callError) *callError {
 	if e == nil {
 		return &callError{Code: "internal", Message: "no result and no error: a bug in pybox mcp"}
 	}
-	return &callError{Code: cutString(e.Code, maxShortString), Message: cutString(e.Message, maxTextString)}
+	return &callError{Code: client.Cut(e.Code, maxShortString), Message: client.Cut(e.Message, maxTextString)}
 }
 
 func cutCleanup(c wire.Cleanup) wire.Cleanup {
 	if c.Status == "" {
 		c = *wire.Unknown(cmp.Or(c.Detail, "the call's outcome gave no cleanup status"))
 	}
-	return wire.Cleanup{Status: cutString(c.Status, maxShortString), Detail: cutString(c.Detail, maxTextString)}
+	return wire.Cleanup{Status: client.Cut(c.Status, maxShortString), Detail: client.Cut(c.Detail, maxTextString)}
 }
