@@ -411,3 +411,22 @@ func noLeaks(t *testing.T) {
 		}
 	})
 }
+
+// cancelByContext makes a call that blocks, cancels it by the Go client's
+// context once its run has started, and waits until the cancel has
+// reached the run: the client gets no result, the run one cancel.
+func cancelByContext(t *testing.T, cs *sdk.ClientSession, vm *fakeVM) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-vm.started; cancel() }()
+	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "block"}}); err == nil {
+		t.Fatal("a cancelled call returned a result")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(vm.Cancelled()) < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(vm.Cancelled()) != 1 {
+		t.Fatal("the client's cancel did not reach the run")
+	}
+}

@@ -402,18 +402,7 @@ func TestCancel(t *testing.T) {
 	// The Go SDK's client cancels by its context.
 	vm = newFakeVM()
 	cs := startSession(t, DefaultOptions(), vm, testLimits()).client("")
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-vm.started; cancel() }()
-	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "block"}}); err == nil {
-		t.Fatal("a cancelled call returned a result")
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(vm.Cancelled()) < 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if len(vm.Cancelled()) != 1 {
-		t.Fatal("the Go client's cancellation did not reach the run")
-	}
+	cancelByContext(t, cs, vm)
 	if d := callTool(t, cs, map[string]any{"code": "x"}); d.isError {
 		t.Fatalf("after the Go client's cancel: %+v", d.doc.Error)
 	}

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"pybox/shared/wire"
 )
 
@@ -90,18 +88,7 @@ func TestBothVersions(t *testing.T) {
 			// Cancelled by the client: the run stops, its box goes, and
 			// the server is not left busy.
 			<-vm.started // the run above (the refused call never started one)
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() { <-vm.started; cancel() }()
-			if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "block"}}); err == nil {
-				t.Fatal("a cancelled call returned a result")
-			}
-			deadline := time.Now().Add(5 * time.Second)
-			for len(vm.Cancelled()) < 1 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if len(vm.Cancelled()) != 1 {
-				t.Fatal("the cancel did not reach the run")
-			}
+			cancelByContext(t, cs, vm)
 			// 3 calls so far; the connection's limit is 32.
 			for i := 3; i < 32; i++ {
 				d := callTool(t, cs, map[string]any{"code": "x"})
