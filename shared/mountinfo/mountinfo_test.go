@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"pybox/shared/needs"
 )
 
 func TestUnescape(t *testing.T) {
@@ -78,7 +80,7 @@ func TestReadAndUnder(t *testing.T) {
 func TestReadSelf(t *testing.T) {
 	points, err := Read("/proc/self/mountinfo")
 	if errors.Is(err, os.ErrNotExist) {
-		t.Skip("no /proc/self/mountinfo: not Linux, or no /proc mounted (mount proc on /proc)")
+		needs.Unavailable(t, "no /proc/self/mountinfo: not Linux, or no /proc mounted (mount proc on /proc)")
 	}
 	if err != nil || !slices.Contains(points, "/") {
 		t.Errorf("Read(/proc/self/mountinfo) = %q, %v; want a table with /", points, err)
