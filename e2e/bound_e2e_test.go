@@ -184,7 +184,10 @@ func guestRun(t *testing.T, e *vmEnv) *wire.RunProgress {
 	if err := json.Unmarshal([]byte(out), &s); err != nil || s.Guest == nil {
 		return nil
 	}
-	return s.Guest.Run
+	if len(s.Guest.Runs) == 0 {
+		return nil
+	}
+	return &s.Guest.Runs[0]
 }
 
 // A guest that stops answering (here: its QEMU stopped with SIGSTOP) does

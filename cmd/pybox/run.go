@@ -126,7 +126,7 @@ it.`)
 		return nil, fail("%v", err), false
 	}
 	ra.run = wire.Run{RunID: wire.NewRunID(""), Code: code2, Image: *image, TimeoutSeconds: *timeout,
-		MaxOutputBytes: *maxOut, ReturnFiles: ra.out != ""}
+		MaxOutputBytes: *maxOut, ReturnFiles: ra.out != "", Client: fmt.Sprintf("pybox run (pid %d)", os.Getpid())}
 	if ra.out != "" {
 		// --out gets every file whole, not only what fits in a result.
 		ra.run.Deliver = &wire.Deliver{MaxBytes: wire.DefaultTmpBytes}

@@ -19,7 +19,7 @@ func init() {
 }
 
 func vmService(args []string) int {
-	fs := flags("vm service", "[systemd|launchd] [--images LIST] [--memory MiB] [--cpus N] [--accel A]", `
+	fs := flags("vm service", "[systemd|launchd] [--images LIST] [--runs N] [--memory MiB] [--cpus N] [--accel A]", `
 Print a per-user service file that runs the VM after every reboot without
 anyone typing `+"`pybox vm start`"+`: a systemd user unit (the default on Linux)
 or a launchd agent (the default on macOS). It runs this pybox, by its full
@@ -27,7 +27,8 @@ path, as `+"`pybox vm start --foreground`"+` with the flags given here, and
 $PYBOX_HOME if it is set. The file's first lines say where to put it and
 how to enable it. No root is needed.`)
 	images := fs.String("images", "", "images to attach (comma-separated; default: the built-in images that are built)")
-	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
+	runs := fs.Int("runs", vm.DefaultRuns, fmt.Sprintf("runs at once the VM is sized for, 1–%d", wire.MaxRunsAtOnce))
+	memory := fs.Int("memory", 0, fmt.Sprintf("guest memory in MiB (default: sized for --runs, %d MiB for %d)", vm.DefaultMemoryMiB, vm.DefaultRuns))
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	pos, code, err := parse(fs, args)
@@ -46,7 +47,10 @@ how to enable it. No root is needed.`)
 	case len(pos) == 1:
 		kind = pos[0]
 	}
-	spec, err := serviceSpec(fs, *images, *memory, *cpus, *accel)
+	if *memory == 0 {
+		*memory = vm.MemoryForRuns(*runs)
+	}
+	spec, err := serviceSpec(fs, *images, *runs, *memory, *cpus, *accel)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -71,7 +75,7 @@ how to enable it. No root is needed.`)
 
 // serviceSpec checks the start flags given (only those) and says what
 // the service runs.
-func serviceSpec(fs *flag.FlagSet, images string, memory, cpus int, accel string) (service.Spec, error) {
+func serviceSpec(fs *flag.FlagSet, images string, runs, memory, cpus int, accel string) (service.Spec, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return service.Spec{}, fmt.Errorf("cannot find this program's path: %v", err)
@@ -87,7 +91,7 @@ func serviceSpec(fs *flag.FlagSet, images string, memory, cpus int, accel string
 				}
 			}
 			s.Args = append(s.Args, "--images", images)
-		case "memory", "cpus":
+		case "memory", "cpus", "runs":
 			s.Args = append(s.Args, "--"+f.Name, f.Value.String())
 		case "accel":
 			if accel != "auto" && accel != "kvm" && accel != "tcg" {
@@ -98,6 +102,9 @@ func serviceSpec(fs *flag.FlagSet, images string, memory, cpus int, accel string
 	})
 	if bad != nil {
 		return s, bad
+	}
+	if runs < 1 || runs > wire.MaxRunsAtOnce {
+		return s, fmt.Errorf("--runs %d: give 1–%d", runs, wire.MaxRunsAtOnce)
 	}
 	if err := vm.CheckSize(memory, cpus); err != nil {
 		return s, err

@@ -92,7 +92,8 @@ func TestStatusEscapes(t *testing.T) {
 			{Image: "data", State: "ready", Preloaded: []string{"json", "x" + override}},
 			{Image: "other", State: "cold", Reason: "no launcher\x1b]8;;http://evil.example\x07"},
 		},
-		Run: &wire.RunProgress{RunID: "r1", Image: "data" + osc52, Phase: "program"},
+		Runs:     []wire.RunProgress{{RunID: "r1", Image: "data" + osc52, Phase: "program", Client: "pybox mcp (pid 1, " + wipe + ")"}},
+		SetAside: []string{"r0: cgroup " + osc52},
 	}}
 	var b bytes.Buffer
 	printStatus(&b, s)
@@ -102,7 +103,7 @@ func TestStatusEscapes(t *testing.T) {
 	}
 	for _, want := range []string{
 		`warm stdlib\x1b]52;c;`, `importing numpy\x1b[2J`, `preloaded: json x\u{202e}`, `cold: no launcher\x1b]8;;`,
-		`sick\x0a  faked:`, `(image data\x1b]52;c;`, `wedged\x1b[2J`, `slow\x1b]52`,
+		`sick\x0a  faked:`, `(image data\x1b]52;c;`, `wedged\x1b[2J`, `slow\x1b]52`, `(pid 1, \x1b[2J)`, `r0: cgroup \x1b]52`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("vm status does not show %q:\n%s", want, out)
@@ -115,17 +116,21 @@ func TestStatusEscapes(t *testing.T) {
 	}
 }
 
-// `pybox vm status` shows the VM's memory as one budget, and says when a
-// run's limit does not fit beside what the guest holds.
+// `pybox vm status` shows the VM's memory as admission counts it, how
+// many more runs fit, and says when not even one does.
 func TestStatusShowsTheMemoryBudget(t *testing.T) {
-	state := &supervisor.State{Phase: "running", SupervisorPid: 1, Accel: "tcg", Machine: "microvm", Channel: "serial", MemoryMiB: 1024}
-	mem := &wire.GuestMemory{Total: 1000 << 20, Used: 120 << 20, Cache: 150 << 20, Free: 730 << 20, Warm: 70 << 20}
+	state := &supervisor.State{Phase: "running", SupervisorPid: 1, Accel: "tcg", Machine: "microvm", Channel: "serial", MemoryMiB: 1664}
+	mem := &wire.GuestMemory{Total: 1600 << 20, Used: 700 << 20, Cache: 150 << 20, Free: 750 << 20, Warm: 140 << 20}
+	room := &wire.Room{Total: 1600 << 20, Guest: 50 << 20, Warm: 140 << 20, Runs: 512 << 20, Headroom: 80 << 20, Left: 818 << 20, Need: 528 << 20, RunsAtOnce: 2}
+	runs := []wire.RunProgress{{RunID: "mcp-1", Image: "data", Phase: "program", Client: "pybox mcp (pid 42, claude-code 2.1)", MemoryBytes: 300 << 20, LimitBytes: 512 << 20}}
 	var b bytes.Buffer
-	printStatus(&b, &supervisor.Status{Running: true, State: state, HostMemoryBytes: 420 << 20, Guest: &wire.AgentStatus{Memory: mem}})
+	printStatus(&b, &supervisor.Status{Running: true, State: state, HostMemoryBytes: 420 << 20, Guest: &wire.AgentStatus{Memory: mem, Room: room, Runs: runs}})
 	for _, want := range []string{
-		"420 MiB of the VM's 1024 MiB",
-		"used 120 MiB (warm boxes 70 MiB), cache 150 MiB, free 730 MiB",
-		"1000 MiB: 50 MiB the guest itself, 70 MiB warm boxes, 512 MiB a run, 368 MiB cache",
+		"420 MiB of the VM's 1664 MiB",
+		"used 700 MiB (warm boxes 140 MiB), cache 150 MiB, free 750 MiB",
+		"1600 MiB: 50 MiB the guest itself, 140 MiB warm boxes, 512 MiB the bounds of 1 runs in progress, 80 MiB headroom, 818 MiB left: room for 1 more run(s) (sized for 2 at once)",
+		"mcp-1 (image data) for pybox mcp (pid 42, claude-code 2.1): program",
+		"300 MiB of its 512 MiB",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("vm status does not say %q:\n%s", want, b.String())
@@ -134,9 +139,9 @@ func TestStatusShowsTheMemoryBudget(t *testing.T) {
 	if strings.Contains(b.String(), "does not fit") {
 		t.Errorf("a run fits:\n%s", b.String())
 	}
-	small := &wire.GuestMemory{Total: 480 << 20, Used: 100 << 20, Free: 380 << 20, Warm: 60 << 20}
+	small := &wire.Room{Total: 480 << 20, Guest: 100 << 20, Warm: 60 << 20, Headroom: 64 << 20, Left: 256 << 20, Need: 528 << 20, RunsAtOnce: 1}
 	b.Reset()
-	printStatus(&b, &supervisor.Status{Running: true, State: state, Guest: &wire.AgentStatus{Memory: small}})
+	printStatus(&b, &supervisor.Status{Running: true, State: state, Guest: &wire.AgentStatus{Memory: mem, Room: small}})
 	if !strings.Contains(b.String(), "a run's 512 MiB does not fit: start the VM with more --memory") || strings.Contains(b.String(), "host memory") {
 		t.Errorf("a 480 MiB guest:\n%s", b.String())
 	}

@@ -119,10 +119,18 @@ can be built, the VM starts without a jail only when no --data is given;
 --qemu-jail none runs QEMU with all of your authority anyway. pybox vm
 status says which jail holds it.
 
+Several agents share the VM: each pybox mcp (and each pybox run) has one
+run at a time, and runs of different ones go on at once, each in its own
+box. --runs says how many at once the VM is sized for: its memory (1024
+MiB for one, 640 MiB more for each further run) and the warm boxes each
+image keeps. The guest admits a run only when its 512 MiB fits beside the
+runs in progress, the warm boxes and the guest's own; a run that does not
+fit is refused at once (no_memory) and nothing of it runs, so no run is
+ever killed for another's memory. --memory overrides the size.
+
 The VM gives memory back to the host once it has run nothing for 15 s:
 what runs allocated, and its page cache (--keep-memory turns this off).
---memory is a ceiling: the guest's memory, its warm boxes, a run's 512 MiB
-and the cache that fills the rest; pybox vm status shows how it is spent.
+pybox vm status shows each run in progress and how the memory is spent.
 
 With --foreground it stays until the VM is gone, for a service manager
 (`+"`pybox vm service`"+` writes the files): it tells systemd when the VM is up
@@ -131,7 +139,8 @@ the VM was asked to stop (this way or by `+"`pybox vm stop`"+`) and 1 when it
 ended by itself, so the manager restarts only a VM that failed.`)
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	arch := fs.String("arch", archs.Host(), "guest architecture: x86_64, or arm64 (on Linux emulated by QEMU under tcg, the Mac's guest; its guest files come from `make ARCH=arm64`, its images from `pybox image build NAME --arch arm64`)")
-	memory := fs.Int("memory", vm.DefaultMemoryMiB, "guest memory in MiB")
+	runs := fs.Int("runs", vm.DefaultRuns, fmt.Sprintf("runs at once the VM is sized for, 1–%d (see above)", wire.MaxRunsAtOnce))
+	memory := fs.Int("memory", 0, fmt.Sprintf("guest memory in MiB (default: sized for --runs, %d MiB for %d)", vm.DefaultMemoryMiB, vm.DefaultRuns))
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
 	kernel := fs.String("kernel", "", "guest kernel `FILE` (default: $PYBOX_KERNEL, else ../lib/pybox/ARCH/ beside this pybox's real path, else ../build/ARCH/; pybox version shows which)")
 	initramfs := fs.String("initramfs", "", "guest initramfs (default: $PYBOX_INITRAMFS, else as for --kernel)")
@@ -140,7 +149,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	fs.Var(&files, "image-file", "attach an image file as NAME=PATH (repeatable); its sha256 is computed here")
 	machine := fs.String("machine", "", "QEMU machine type: microvm or pc (default microvm, or pc when the images and data folders need more than microvm's 8 virtio slots)")
 	channel := fs.String("channel", vm.ChannelSerial, "guest channel: serial (virtio-serial) or vsock (reachable by every local user where /dev/vhost-vsock exists)")
-	warm := fs.Int("warm", 1, "warm boxes: 1 keeps a box ready for each image, its python3 started and its preload imported; 0 starts every run cold")
+	warm := fs.Int("warm", 1, "warm boxes: 1 keeps boxes ready for each image (as many as --runs, at least two), their python3 started and their preload imported; 0 starts every run cold")
 	var data dataFolders
 	fs.Var(&data, "data", "share the host folder DIR with the VM, read-only, as data folder NAME (`NAME=DIR`, repeatable); pybox mcp --data says which an agent may use")
 	keepMemory := fs.Bool("keep-memory", false, "do not give freed guest memory back to the host (the VM then holds all it ever touched until it stops)")
@@ -159,7 +168,7 @@ ended by itself, so the manager restarts only a VM that failed.`)
 	if *warm != 0 && *warm != 1 {
 		return usageError(fs, "--warm %d: give 1 (warm boxes) or 0 (every run cold)", *warm)
 	}
-	cfg := vm.Config{Arch: *arch, MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, Jail: *qemuJail, NoWarm: *warm == 0, KeepMemory: *keepMemory}
+	cfg := vm.Config{Arch: *arch, Runs: *runs, MemoryMiB: *memory, CPUs: *cpus, Machine: *machine, Channel: *channel, NoQEMUSandbox: *noSandbox, Jail: *qemuJail, NoWarm: *warm == 0, KeepMemory: *keepMemory}
 	if err := archs.Check(*arch); err != nil {
 		return usageError(fs, "--arch: %v", err)
 	}
@@ -438,11 +447,14 @@ func printStatus(w io.Writer, s *supervisor.Status) {
 		for _, wb := range g.Warm {
 			row("warm "+wb.Image, describeWarm(wb))
 		}
-		if p := g.Run; p != nil {
-			row("running", fmt.Sprintf("%s (image %s): %s for %.1f s, %.1f s of its bound of %.0f s",
-				p.RunID, p.Image, p.Phase, float64(p.PhaseMS)/1000, float64(p.RunMS)/1000, float64(p.BoundMS)/1000))
-		} else {
+		for _, p := range g.Runs {
+			row("running", describeRun(p))
+		}
+		if len(g.Runs) == 0 {
 			row("running", "nothing")
+		}
+		for _, l := range g.SetAside {
+			row("set aside", l)
 		}
 	}
 	for _, line := range memoryRows(s) {
@@ -463,9 +475,22 @@ func printStatus(w io.Writer, s *supervisor.Status) {
 	}
 }
 
+// describeRun says where a run in progress is, for whom, and what it
+// holds of its bound.
+func describeRun(p wire.RunProgress) string {
+	who := ""
+	if p.Client != "" {
+		who = " for " + p.Client
+	}
+	return fmt.Sprintf("%s (image %s)%s: %s for %.1f s, %.1f s of its bound of %.0f s, %d MiB of its %d MiB",
+		p.RunID, p.Image, who, p.Phase, float64(p.PhaseMS)/1000, float64(p.RunMS)/1000, float64(p.BoundMS)/1000,
+		p.MemoryBytes>>20, p.LimitBytes>>20)
+}
+
 // memoryRows says where the VM's memory goes: what the host gives it, and
-// the guest's one budget (what it holds for itself and its warm boxes,
-// a run's limit, and the cache that fills the rest and gives way).
+// the guest's one budget as its admission counts it (what it holds for
+// itself and its warm boxes, the bounds of the runs in progress, the
+// headroom, and what is left for more runs).
 func memoryRows(s *supervisor.Status) [][2]string {
 	var rows [][2]string
 	mib := func(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
@@ -478,10 +503,17 @@ func memoryRows(s *supervisor.Status) [][2]string {
 	}
 	m := s.Guest.Memory
 	rows = append(rows, [2]string{"guest memory", fmt.Sprintf("used %s (warm boxes %s), cache %s, free %s", mib(m.Used), mib(m.Warm), mib(m.Cache), mib(m.Free))})
-	base := max(0, m.Used-m.Warm)
-	left := m.Total - base - m.Warm - wire.DefaultMemoryBytes
-	budget := fmt.Sprintf("%s: %s the guest itself, %s warm boxes, %s a run, %s cache", mib(m.Total), mib(base), mib(m.Warm), mib(wire.DefaultMemoryBytes), mib(max(0, left)))
-	if left < 0 {
+	r := s.Guest.Room
+	if r == nil {
+		return rows
+	}
+	more := int64(0)
+	if r.Need > 0 {
+		more = max(0, r.Left) / r.Need
+	}
+	budget := fmt.Sprintf("%s: %s the guest itself, %s warm boxes, %s the bounds of %d runs in progress, %s headroom, %s left: room for %d more run(s) (sized for %d at once)",
+		mib(r.Total), mib(r.Guest), mib(r.Warm), mib(r.Runs), len(s.Guest.Runs), mib(r.Headroom), mib(max(0, r.Left)), more, r.RunsAtOnce)
+	if len(s.Guest.Runs) == 0 && more == 0 {
 		budget += fmt.Sprintf("; a run's %s does not fit: start the VM with more --memory", mib(wire.DefaultMemoryBytes))
 	}
 	return append(rows, [2]string{"budget", budget})

@@ -28,24 +28,38 @@ const (
 	keepPrecancels = 16 // cancels that arrived before their run
 )
 
-// Runner runs one program in a fresh box; *box.Runner is the real one.
+// Runner runs programs, each in a fresh box, several at once;
+// *box.Runner is the real one.
 type Runner interface {
-	// Run runs r and returns its result; a cancelled ctx ends the run
-	// with status cancelled. It is never called twice at once. A run
-	// that asks for delivery has its output files streamed through emit.
+	// Admit sets aside room for r, or says why there is none; an error
+	// whose NoMemory method says true means the runs in progress hold
+	// the memory r would need.
+	Admit(r *wire.Run) error
+	// Cancel gives back the room of a run admitted that will not run.
+	Cancel(runID string)
+	// Run runs r, admitted, and returns its result; a cancelled ctx ends
+	// the run with status cancelled. Runs go on at once. A run that asks
+	// for delivery has its output files streamed through emit.
 	Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result
-	// Healthy is non-nil while the box refuses runs (a cleanup failed).
-	Healthy() error
-	// Progress says where the run in progress is (nil when none is).
-	Progress() *wire.RunProgress
+	// Runs says where each run in progress is.
+	Runs() []wire.RunProgress
+	// Room says how the guest's memory is shared between runs (nil when
+	// it cannot say).
+	Room() *wire.Room
+	// SetAside tries again to remove what failed cleanups left, and
+	// lists what is still left (kept out of use; runs go on).
+	SetAside() []string
 	// Abort tears down the box of a run that overran its bound while
 	// Run is still inside it, and says what it could confirm.
 	Abort(runID string) wire.Cleanup
-	// Warm says how each image's warm box is.
+	// Warm says how each warm box is.
 	Warm() []wire.WarmBox
 	// Close discards what the runner keeps ready: the VM stops.
 	Close()
 }
+
+// noMemory is how a Runner says that a run was refused for memory.
+type noMemory interface{ NoMemory() bool }
 
 // Config is what an Agent needs from the VM around it.
 type Config struct {
@@ -79,13 +93,13 @@ type Agent struct {
 	images  map[string]wire.ImageInfo
 	started time.Time
 
-	mu      sync.Mutex
-	current *activeRun
-	idle    *idler // nil when the guest keeps its memory
-	broken  error  // set when the box code panicked: refuse runs
-	// stuck names a run the watchdog tore down whose Run has not
-	// returned yet: the box is still held, so runs are refused.
-	stuck     string
+	mu     sync.Mutex
+	runs   map[string]*activeRun // the runs in progress, by run id
+	idle   *idler                // nil when the guest keeps its memory
+	broken error                 // set when the box code panicked: refuse runs
+	// stuck names the runs the watchdog tore down whose Run has not
+	// returned yet: each keeps its room until it does.
+	stuck     map[string]bool
 	stopping  bool // shutdown received
 	precancel []string
 	history   []record // newest last
@@ -94,7 +108,7 @@ type Agent struct {
 	served    uint64 // connections ever accepted
 }
 
-// activeRun is the run in progress.
+// activeRun is a run in progress.
 type activeRun struct {
 	id      string
 	image   string
@@ -125,7 +139,8 @@ func New(cfg Config) *Agent {
 	if cfg.Watchdog == nil {
 		cfg.Watchdog = func(r *wire.Run) time.Duration { return r.Bound() + wire.WatchdogGrace }
 	}
-	a := &Agent{cfg: cfg, images: map[string]wire.ImageInfo{}, started: time.Now(), idle: newIdler(cfg.Idle, cfg.Logf)}
+	a := &Agent{cfg: cfg, images: map[string]wire.ImageInfo{}, started: time.Now(), idle: newIdler(cfg.Idle, cfg.Logf),
+		runs: map[string]*activeRun{}, stuck: map[string]bool{}}
 	for _, img := range cfg.Images {
 		a.images[img.Name] = img
 	}

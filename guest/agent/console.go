@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"path"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -146,12 +147,10 @@ func cmdHelp(w io.Writer) {
 
 func (a *Agent) cmdStatus(w io.Writer) {
 	a.mu.Lock()
-	cur, stopping, open, served, runs := a.current, a.stopping, a.open, a.served, len(a.history)
+	stopping, open, served, runs := a.stopping, a.open, a.served, len(a.history)
 	a.mu.Unlock()
-	health := "healthy"
-	if err := a.health(); err != nil {
-		health = "unhealthy: " + err.Error()
-	}
+	aside := a.cfg.Runner.SetAside()
+	health := a.health(aside)
 	if stopping {
 		health += " (shutting down)"
 	}
@@ -162,13 +161,19 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	fmt.Fprintf(tw, "kernel\t%s\n", a.cfg.Kernel)
 	fmt.Fprintf(tw, "health\t%s\n", health)
 	fmt.Fprintf(tw, "images\t%s\n", a.imageList())
-	if cur != nil {
-		fmt.Fprintf(tw, "running\t%s (image %s) for %s\n", cur.id, cur.image, time.Since(cur.started).Round(time.Millisecond))
-		if p := a.cfg.Runner.Progress(); p != nil {
-			fmt.Fprintf(tw, "phase\t%s for %d ms (%d ms of the run's bound of %d ms)\n", p.Phase, p.PhaseMS, p.RunMS, p.BoundMS)
-		}
-	} else {
+	progress := a.cfg.Runner.Runs()
+	for _, p := range progress {
+		fmt.Fprintf(tw, "running\t%s (image %s): %s for %d ms (%d ms of the run's bound of %d ms), %d MiB of %d\n",
+			p.RunID, p.Image, p.Phase, p.PhaseMS, p.RunMS, p.BoundMS, p.MemoryBytes>>20, p.LimitBytes>>20)
+	}
+	if len(progress) == 0 {
 		fmt.Fprintf(tw, "running\tnothing\n")
+	}
+	if r := a.cfg.Runner.Room(); r != nil {
+		fmt.Fprintf(tw, "room\t%s\n", describeRoom(r))
+	}
+	for _, l := range aside {
+		fmt.Fprintf(tw, "set aside\t%s\n", l)
 	}
 	for _, w := range a.cfg.Runner.Warm() {
 		fmt.Fprintf(tw, "warm %s\t%s\n", w.Image, describeWarm(w))
@@ -297,13 +302,17 @@ func (a *Agent) cgroupLine(dir string) string {
 
 func (a *Agent) cmdRuns(w io.Writer) {
 	a.mu.Lock()
-	cur := a.current
+	var cur []*activeRun
+	for _, ar := range a.runs {
+		cur = append(cur, ar)
+	}
 	hist := append([]record(nil), a.history...)
 	a.mu.Unlock()
+	slices.SortFunc(cur, func(x, y *activeRun) int { return x.started.Compare(y.started) })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tIMAGE\tSTATUS\tCLEANUP\tWALL\tENDED")
-	if cur != nil {
-		fmt.Fprintf(tw, "%s\t%s\trunning\t-\t%s\t-\n", cur.id, cur.image, time.Since(cur.started).Round(time.Millisecond))
+	for _, ar := range cur {
+		fmt.Fprintf(tw, "%s\t%s\trunning\t-\t%s\t-\n", ar.id, ar.image, time.Since(ar.started).Round(time.Millisecond))
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
 		r := hist[i]
@@ -336,4 +345,10 @@ func (a *Agent) cmdLog(w io.Writer) {
 	for _, l := range a.cfg.LogLines() {
 		fmt.Fprintln(w, l)
 	}
+}
+
+// describeRoom says how the guest's memory is shared between runs.
+func describeRoom(r *wire.Room) string {
+	return fmt.Sprintf("%d MiB: runs %d, warm boxes %d, the guest %d, headroom %d, left %d (sized for %d runs at once)",
+		r.Total>>20, r.Runs>>20, r.Warm>>20, r.Guest>>20, r.Headroom>>20, r.Left>>20, r.RunsAtOnce)
 }

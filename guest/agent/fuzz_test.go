@@ -16,9 +16,15 @@ type quickRunner struct{}
 func (quickRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error) *wire.Result {
 	return &wire.Result{Receipt: wire.Receipt{RunID: r.RunID, Status: wire.StatusOK}}
 }
-func (quickRunner) Healthy() error { return nil }
+func (quickRunner) Admit(*wire.Run) error { return nil }
 
-func (quickRunner) Progress() *wire.RunProgress { return nil }
+func (quickRunner) Cancel(string) {}
+
+func (quickRunner) Runs() []wire.RunProgress { return nil }
+
+func (quickRunner) Room() *wire.Room { return nil }
+
+func (quickRunner) SetAside() []string { return nil }
 
 func (quickRunner) Abort(string) wire.Cleanup { return *wire.Unknown("the quick runner keeps no box") }
 

@@ -76,7 +76,13 @@ func Main() {
 		byName[img.Name] = img.ImageInfo
 	}
 	warm := !strings.Contains(" "+string(cmdline)+" ", " pybox.warm=0 ")
-	b := box.New(box.Config{Images: byName, Data: data, Agent: Info(kernel), Accel: accel, Logf: log.Printf, Warm: warm})
+	runs, err := boot.ParseRuns(string(cmdline))
+	if err != nil {
+		log.Printf("agent: %v: sized for 1 run at once", err)
+	}
+	files := os.DirFS("/")
+	b := box.New(box.Config{Images: byName, Data: data, Agent: Info(kernel), Accel: accel, Logf: log.Printf, Warm: warm,
+		RunsAtOnce: runs, Memory: func() (*wire.GuestMemory, error) { return readMemory(files) }})
 	a := New(Config{
 		Kernel:   kernel,
 		Images:   images,
@@ -84,7 +90,7 @@ func Main() {
 		Runner:   b,
 		Logf:     log.Printf,
 		PowerOff: func() { log.Printf("agent: powering off"); log.Flush(time.Second); boot.PowerOff() },
-		Files:    os.DirFS("/"),
+		Files:    files,
 		LogLines: log.Lines,
 		Idle:     idle,
 	})

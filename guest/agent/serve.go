@@ -111,9 +111,10 @@ func (a *Agent) handleHello(c *conn, m *wire.Message) bool {
 // handleRun checks a run and starts it, or answers why not. It is the
 // guest's one check of a run: every rule of the contract, through
 // wire.Run.Check (its input files' among them), then what only this VM
-// can say (its images, its data folders, whether it takes runs now). The
-// box takes what passes as given. Nothing is queued: a run while another
-// runs is busy at once.
+// can say (its images, its data folders, whether it takes runs now, and
+// whether its memory fits beside the runs in progress: Runner.Admit).
+// The box takes what passes as given. Nothing is queued: a run that does
+// not fit is refused at once.
 func (a *Agent) handleRun(c *conn, id uint64, r *wire.Run) {
 	var e *wire.Error
 	if err := r.Check(); err != nil {
@@ -160,20 +161,26 @@ func (a *Agent) imageList() string {
 	return strings.Join(names, ", ")
 }
 
-// start makes r the current run, or says why it cannot be.
+// start admits r and starts it, or says why it cannot.
 func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
-	health := a.health()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case a.stopping:
 		return &wire.Error{Code: wire.ErrNoVM, Message: "the VM is shutting down"}
-	case a.current != nil:
+	case a.broken != nil:
+		return &wire.Error{Code: wire.ErrUnhealthy, Message: a.broken.Error()}
+	case a.runs[r.RunID] != nil:
 		return &wire.Error{Code: wire.ErrBusy, Message: fmt.Sprintf(
-			"run %s is in progress; nothing was queued: try again when it has finished", a.current.id)}
+			"run %s is in progress already; nothing was queued", r.RunID)}
 	}
-	if health != nil {
-		return &wire.Error{Code: wire.ErrUnhealthy, Message: health.Error()}
+	if err := a.cfg.Runner.Admit(r); err != nil {
+		code := wire.ErrUnhealthy
+		if nm, ok := err.(noMemory); ok && nm.NoMemory() {
+			code = wire.ErrNoMemory
+		}
+		a.logf("agent: run %s refused: %v", r.RunID, err)
+		return &wire.Error{Code: code, Message: err.Error()}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if i := slices.Index(a.precancel, r.RunID); i >= 0 {
@@ -183,21 +190,21 @@ func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
 	}
 	ar := &activeRun{id: r.RunID, image: r.Image, conn: c, cancel: cancel,
 		started: time.Now(), done: make(chan struct{})}
-	a.current = ar
+	a.runs[r.RunID] = ar
 	a.idle.started()
-	a.logf("agent: run %s started (image %s, timeout %gs)", r.RunID, r.Image, r.TimeoutSeconds)
+	a.logf("agent: run %s started (image %s, timeout %gs; %d in progress)", r.RunID, r.Image, r.TimeoutSeconds, len(a.runs))
 	go a.run(ctx, ar, id, r)
 	return nil
 }
 
 // run runs r in the box and sends its receipt to the connection it came
-// from. The run stops being current before the receipt is sent, so the
-// host may start the next run as soon as it has the receipt.
+// from. The run stops being in progress before the receipt is sent, so
+// the host may start the next run as soon as it has the receipt.
 //
 // A watchdog bounds the whole run: every phase of the box keeps to its
 // own allowance, so it fires only on a bug or a kernel that does not let
-// go. It then tears the box down (Runner.Abort), answers the host with
-// what it could confirm, and refuses runs until Run has returned.
+// go. It then tears the box down (Runner.Abort) and answers the host
+// with what it could confirm; the run keeps its room until Run returns.
 func (a *Agent) run(ctx context.Context, ar *activeRun, id uint64, r *wire.Run) {
 	defer close(ar.done)
 	ended := make(chan runOutcome, 1)
@@ -234,20 +241,20 @@ type runOutcome struct {
 	err *wire.Error
 }
 
-// abort is the watchdog's answer for a run that overran its bound. Runs
-// are refused until the runner lets go of it (ended).
+// abort is the watchdog's answer for a run that overran its bound. It
+// stays listed as stuck until the runner lets go of it (ended).
 func (a *Agent) abort(r *wire.Run, ended <-chan runOutcome) *wire.Error {
-	a.logf("agent: run %s: past its bound of %v (%s): the watchdog tears its box down", r.RunID, a.cfg.Watchdog(r), describe(a.cfg.Runner.Progress()))
+	a.logf("agent: run %s: past its bound of %v (%s): the watchdog tears its box down", r.RunID, a.cfg.Watchdog(r), describe(a.cfg.Runner.Runs(), r.RunID))
 	cl := a.cfg.Runner.Abort(r.RunID)
 	a.logf("agent: run %s: watchdog: cleanup %s (%s)", r.RunID, cl.Status, cl.Detail)
 	a.mu.Lock()
-	a.stuck = r.RunID
+	a.stuck[r.RunID] = true
 	a.mu.Unlock()
 	go func() {
 		t0 := time.Now()
 		o := <-ended
 		a.mu.Lock()
-		a.stuck = ""
+		delete(a.stuck, r.RunID)
 		a.mu.Unlock()
 		status := "error"
 		if o.res != nil {
@@ -260,34 +267,45 @@ func (a *Agent) abort(r *wire.Run, ended <-chan runOutcome) *wire.Error {
 }
 
 // describe says where a run is, for a log line.
-func describe(p *wire.RunProgress) string {
-	if p == nil {
-		return "no run in progress"
+func describe(runs []wire.RunProgress, runID string) string {
+	for _, p := range runs {
+		if p.RunID == runID {
+			return fmt.Sprintf("in phase %s for %d ms, %d ms since its request", p.Phase, p.PhaseMS, p.RunMS)
+		}
 	}
-	return fmt.Sprintf("in phase %s for %d ms, %d ms since its request", p.Phase, p.PhaseMS, p.RunMS)
+	return "no longer in progress"
 }
 
-// health is nil while the agent takes runs, else why it refuses them.
-func (a *Agent) health() error {
+// health is "healthy" while the agent takes runs, else why it refuses
+// them or what holds part of it: a box set aside, a run torn down by the
+// watchdog that the box code has not let go of. Those two keep their
+// own room out of use; other runs go on.
+func (a *Agent) health(aside []string) string {
 	a.mu.Lock()
-	broken, stuck := a.broken, a.stuck
+	broken := a.broken
+	var stuck []string
+	for id := range a.stuck {
+		stuck = append(stuck, id)
+	}
 	a.mu.Unlock()
 	switch {
 	case broken != nil:
-		return broken
-	case stuck != "":
-		return fmt.Errorf("run %s overran its bound and was torn down, but the box code has not let go of it yet; "+
-			"runs are refused until it does (the console's status and log say more; `pybox vm stop` and `pybox vm start` end it)", stuck)
+		return broken.Error()
+	case len(stuck) > 0:
+		slices.Sort(stuck)
+		return fmt.Sprintf("run %s overran its bound and was torn down, but the box code has not let go of it yet; "+
+			"its memory stays held until it does, other runs go on (the console's status and log say more; `pybox vm stop` and `pybox vm start` end it)", strings.Join(stuck, ", "))
+	case len(aside) > 0:
+		return fmt.Sprintf("%d box(es) set aside: their cleanup left something behind, kept out of use; other runs go on", len(aside))
 	}
-	return a.cfg.Runner.Healthy()
+	return "healthy"
 }
 
 // status is what a pong carries.
 func (a *Agent) status() wire.AgentStatus {
-	st := wire.AgentStatus{Health: "healthy", Run: a.cfg.Runner.Progress(), Warm: a.cfg.Runner.Warm()}
-	if err := a.health(); err != nil {
-		st.Health = err.Error()
-	}
+	r := a.cfg.Runner
+	aside := r.SetAside()
+	st := wire.AgentStatus{Health: a.health(aside), Runs: r.Runs(), Room: r.Room(), SetAside: aside, Warm: r.Warm()}
 	if a.cfg.Files != nil {
 		if m, err := readMemory(a.cfg.Files); err == nil {
 			for _, w := range st.Warm {
@@ -321,7 +339,7 @@ func (a *Agent) runBox(ctx context.Context, r *wire.Run, emit func(*wire.OutputC
 	return res, nil
 }
 
-// finish records a run and clears it as the current one.
+// finish records a run and clears it from the runs in progress.
 func (a *Agent) finish(ar *activeRun, res *wire.Result, e *wire.Error) {
 	rec := record{id: ar.id, image: ar.image, ended: time.Now()}
 	if res != nil {
@@ -334,8 +352,10 @@ func (a *Agent) finish(ar *activeRun, res *wire.Result, e *wire.Error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.current = nil
-	a.idle.ended()
+	delete(a.runs, ar.id)
+	if len(a.runs) == 0 {
+		a.idle.ended()
+	}
 	if res != nil {
 		a.last = res
 	}
@@ -352,9 +372,9 @@ func (a *Agent) finish(ar *activeRun, res *wire.Result, e *wire.Error) {
 func (a *Agent) cancel(runID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.current != nil && a.current.id == runID {
+	if ar := a.runs[runID]; ar != nil {
 		a.logf("agent: run %s: cancelled by the host", runID)
-		a.current.cancel()
+		ar.cancel()
 		return
 	}
 	for _, r := range a.history {
@@ -370,20 +390,26 @@ func (a *Agent) cancel(runID string) {
 	}
 }
 
-// shutdown refuses new runs, cancels the current one, gives it a moment
-// to clean up and send its receipt, then powers off.
+// shutdown refuses new runs, cancels those in progress, gives them a
+// moment to clean up and send their receipts, then powers off.
 func (a *Agent) shutdown() {
 	a.mu.Lock()
 	a.stopping = true
-	cur := a.current
+	var runs []*activeRun
+	for _, ar := range a.runs {
+		runs = append(runs, ar)
+	}
 	a.mu.Unlock()
 	a.logf("agent: shutdown requested")
-	if cur != nil {
-		cur.cancel()
+	for _, ar := range runs {
+		ar.cancel()
+	}
+	grace := time.After(shutdownGrace)
+	for _, ar := range runs {
 		select {
-		case <-cur.done:
-		case <-time.After(shutdownGrace):
-			a.logf("agent: run %s did not end within %v; powering off anyway", cur.id, shutdownGrace)
+		case <-ar.done:
+		case <-grace:
+			a.logf("agent: run %s did not end within %v; powering off anyway", ar.id, shutdownGrace)
 		}
 	}
 	a.cfg.Runner.Close()
@@ -397,15 +423,17 @@ func (a *Agent) opened() {
 	a.mu.Unlock()
 }
 
-// closed ends a connection and cancels the run whose receipt it awaited.
+// closed ends a connection and cancels the runs whose receipts it awaited.
 func (a *Agent) closed(c *conn) {
 	c.close()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.open--
-	if a.current != nil && a.current.conn == c {
-		a.logf("agent: run %s: cancelled: its connection %s closed", a.current.id, c)
-		a.current.cancel()
+	for _, ar := range a.runs {
+		if ar.conn == c {
+			a.logf("agent: run %s: cancelled: its connection %s closed", ar.id, c)
+			ar.cancel()
+		}
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,31 +17,60 @@ import (
 )
 
 // fakeRunner holds each run until the test releases it or it is
-// cancelled.
+// cancelled. It admits as many runs at once as it has room for.
 type fakeRunner struct {
 	started chan *wire.Run
 	release chan struct{}
-	health  error
 	panics  bool
 	calls   atomic.Int32
 	// stubborn runs ignore their cancel: only release ends them, as a
 	// box stuck in the kernel would.
 	stubborn atomic.Bool
 	aborted  chan string
-	current  atomic.Pointer[wire.Run]
+
+	mu       sync.Mutex
+	room     int // runs admitted at once
+	admitted map[string]*wire.Run
+	refuse   error // Admit's answer when set
+	aside    []string
 }
 
 func newFakeRunner() *fakeRunner {
-	return &fakeRunner{started: make(chan *wire.Run, 8), release: make(chan struct{}, 8), aborted: make(chan string, 8)}
+	return &fakeRunner{started: make(chan *wire.Run, 8), release: make(chan struct{}, 8), aborted: make(chan string, 8),
+		room: 1, admitted: map[string]*wire.Run{}}
+}
+
+// fullError is the fake's refusal for memory.
+type fullError struct{}
+
+func (fullError) Error() string  { return "no memory for another run (test)" }
+func (fullError) NoMemory() bool { return true }
+
+func (f *fakeRunner) Admit(r *wire.Run) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.refuse != nil:
+		return f.refuse
+	case len(f.admitted) >= f.room:
+		return fullError{}
+	}
+	f.admitted[r.RunID] = r
+	return nil
+}
+
+func (f *fakeRunner) Cancel(runID string) {
+	f.mu.Lock()
+	delete(f.admitted, runID)
+	f.mu.Unlock()
 }
 
 func (f *fakeRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error) *wire.Result {
 	f.calls.Add(1)
+	defer f.Cancel(r.RunID)
 	if f.panics {
 		panic("box bug")
 	}
-	f.current.Store(r)
-	defer f.current.Store(nil)
 	f.started <- r
 	status := wire.StatusOK
 	done := ctx.Done()
@@ -55,13 +86,27 @@ func (f *fakeRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputCh
 		Cleanup: wire.Cleanup{Status: wire.CleanupRemoved}}}
 }
 
-func (f *fakeRunner) Healthy() error { return f.health }
-
-func (f *fakeRunner) Progress() *wire.RunProgress {
-	if r := f.current.Load(); r != nil {
-		return &wire.RunProgress{RunID: r.RunID, Image: r.Image, Phase: "program", PhaseMS: 1, RunMS: 2, BoundMS: 3}
+func (f *fakeRunner) Runs() []wire.RunProgress {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []wire.RunProgress
+	for _, r := range f.admitted {
+		out = append(out, wire.RunProgress{RunID: r.RunID, Image: r.Image, Phase: "program", PhaseMS: 1, RunMS: 2, BoundMS: 3})
 	}
-	return nil
+	slices.SortFunc(out, func(x, y wire.RunProgress) int { return strings.Compare(x.RunID, y.RunID) })
+	return out
+}
+
+func (f *fakeRunner) Room() *wire.Room {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &wire.Room{Total: int64(f.room), Runs: int64(len(f.admitted)), Left: int64(f.room - len(f.admitted)), RunsAtOnce: f.room}
+}
+
+func (f *fakeRunner) SetAside() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.aside)
 }
 
 func (f *fakeRunner) Warm() []wire.WarmBox { return []wire.WarmBox{{Image: "stdlib", State: "ready"}} }
@@ -154,7 +199,7 @@ func (h *host) expectError(id uint64, code string) *wire.Error {
 	if m.Error.Code != code {
 		h.t.Fatalf("error %q (%s), want %q", m.Error.Code, m.Error.Message, code)
 	}
-	refusedRun := code == wire.ErrBusy || code == wire.ErrBadRequest || code == wire.ErrNoImage || code == wire.ErrUnhealthy
+	refusedRun := code == wire.ErrBusy || code == wire.ErrBadRequest || code == wire.ErrNoImage || code == wire.ErrUnhealthy || code == wire.ErrNoMemory
 	if refusedRun && (m.Error.Cleanup == nil || m.Error.Cleanup.Status != wire.CleanupNotAttempted) {
 		h.t.Fatalf("a refused run (%s) says cleanup %+v, want %s", code, m.Error.Cleanup, wire.CleanupNotAttempted)
 	}
@@ -265,9 +310,13 @@ func TestRunBusyCancel(t *testing.T) {
 	h.hello()
 	runA := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("a")})
 	<-r.started
-	busy := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("b")})
-	if e := h.expectError(busy, wire.ErrBusy); !strings.Contains(e.Message, "nothing was queued") {
+	again := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("a")})
+	if e := h.expectError(again, wire.ErrBusy); !strings.Contains(e.Message, "nothing was queued") {
 		t.Errorf("busy message %q", e.Message)
+	}
+	full := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("b")})
+	if e := h.expectError(full, wire.ErrNoMemory); !strings.Contains(e.Message, "no memory") {
+		t.Errorf("no_memory message %q", e.Message)
 	}
 	id := h.send(&wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: "a"}})
 	// The ok and the receipt may come in either order.
@@ -318,7 +367,7 @@ func TestRunRefusedBeforeTheBox(t *testing.T) {
 		t.Errorf("no_image message %q does not list the images", e.Message)
 	}
 
-	r.health = errors.New("cleanup of run q failed")
+	r.refuse = errors.New("box: /sys/fs/cgroup is not a cgroup2 hierarchy")
 	id = h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("z")})
 	h.expectError(id, wire.ErrUnhealthy)
 	if n := r.calls.Load(); n != 0 {
@@ -369,7 +418,7 @@ func TestClosedConnectionCancelsItsRun(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		a.mu.Lock()
-		idle := a.current == nil && len(a.history) == 1 && a.history[0].status == wire.StatusCancelled
+		idle := len(a.runs) == 0 && len(a.history) == 1 && a.history[0].status == wire.StatusCancelled
 		a.mu.Unlock()
 		if idle {
 			break
@@ -424,15 +473,21 @@ func TestPongCarriesStatus(t *testing.T) {
 	h := connect(t, newAgent(t, r, nil))
 	h.hello()
 	id := h.send(&wire.Message{Type: wire.TypePing})
-	if st := h.expect(id, wire.TypePong).Status; st == nil || st.Health != "healthy" || st.Run != nil {
+	if st := h.expect(id, wire.TypePong).Status; st == nil || st.Health != "healthy" || len(st.Runs) != 0 || st.Room == nil {
 		t.Fatalf("idle pong status %+v", st)
 	}
 	runA := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("a")})
 	<-r.started
+	r.mu.Lock()
+	r.aside = []string{"r0: cgroup /sys/fs/cgroup/runs/r0"}
+	r.mu.Unlock()
 	id = h.send(&wire.Message{Type: wire.TypePing})
 	st := h.expect(id, wire.TypePong).Status
-	if st == nil || st.Run == nil || st.Run.RunID != "a" || st.Run.Phase != "program" {
+	if st == nil || len(st.Runs) != 1 || st.Runs[0].RunID != "a" || st.Runs[0].Phase != "program" || st.Room.Left != 0 {
 		t.Fatalf("pong during a run: %+v", st)
+	}
+	if len(st.SetAside) != 1 || !strings.Contains(st.Health, "set aside") {
+		t.Errorf("a box set aside: health %q, set aside %q", st.Health, st.SetAside)
 	}
 	r.release <- struct{}{}
 	h.expect(runA, wire.TypeReceipt)
@@ -440,13 +495,20 @@ func TestPongCarriesStatus(t *testing.T) {
 
 // A run that does not end by its bound (a box stuck in the kernel, which
 // no cancel reaches) is torn down by the watchdog: the host gets an
-// answer with the cleanup the runner could confirm, and runs are refused
-// as unhealthy, not busy, until the runner lets go.
+// answer with the cleanup the runner could confirm; the stuck run keeps its
+// room and is named in the health until the runner lets go, while other
+// runs go on.
 func TestWatchdogTearsDownAStuckRun(t *testing.T) {
 	r := newFakeRunner()
+	r.room = 2
 	r.stubborn.Store(true)
 	a := New(Config{Kernel: "6.1.0-test", Images: testImages, Runner: r, Logf: t.Logf,
-		WriteTimeout: 2 * time.Second, Watchdog: func(*wire.Run) time.Duration { return 200 * time.Millisecond }})
+		WriteTimeout: 2 * time.Second, Watchdog: func(r *wire.Run) time.Duration {
+			if r.RunID == "a" {
+				return 200 * time.Millisecond
+			}
+			return time.Minute
+		}})
 	h := connect(t, a)
 	h.hello()
 	t0 := time.Now()
@@ -463,12 +525,27 @@ func TestWatchdogTearsDownAStuckRun(t *testing.T) {
 	if got := <-r.aborted; got != "a" {
 		t.Fatalf("aborted %q", got)
 	}
-	runB := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("b")})
-	if e := h.expectError(runB, wire.ErrUnhealthy); !strings.Contains(e.Message, "run a overran") {
-		t.Errorf("refusal while stuck: %q", e.Message)
+	id := h.send(&wire.Message{Type: wire.TypePing})
+	if st := h.expect(id, wire.TypePong).Status; !strings.Contains(st.Health, "run a overran") || len(st.Runs) != 1 {
+		t.Errorf("status while stuck: %q, runs %+v", st.Health, st.Runs)
 	}
-	r.release <- struct{}{} // the runner lets go at last
 	r.stubborn.Store(false)
+	runB := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("b")})
+	<-r.started
+	full := h.send(&wire.Message{Type: wire.TypeRun, Run: validRun("x")})
+	h.expectError(full, wire.ErrNoMemory) // a's room is still held
+	// b is cancelled (the stuck a ignores cancels; a release could be
+	// a's).
+	cancel := h.send(&wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: "b"}})
+	got := map[uint64]*wire.Message{}
+	for range 2 {
+		m := h.recv()
+		got[m.ID] = m
+	}
+	if m := got[runB]; m == nil || m.Type != wire.TypeReceipt || m.Result.Receipt.Status != wire.StatusCancelled || got[cancel] == nil {
+		t.Fatalf("run b beside the stuck run: %+v", m)
+	}
+	r.release <- struct{}{} // the runner lets go of a at last
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		id := h.send(&wire.Message{Type: wire.TypePing})
@@ -486,4 +563,60 @@ func TestWatchdogTearsDownAStuckRun(t *testing.T) {
 	if m := h.expect(runC, wire.TypeReceipt); m.Result.Receipt.Status != wire.StatusOK {
 		t.Fatalf("run c: %+v", m.Result.Receipt)
 	}
+}
+
+// Runs go on at once, as many as the runner admits: each receipt goes to
+// the connection its run came from, a cancel or a closed connection ends
+// only its own runs, and a run past the room is refused for memory.
+func TestRunsAtOnce(t *testing.T) {
+	r := newFakeRunner()
+	r.room = 3
+	a := newAgent(t, r, nil)
+	h1, h2 := connect(t, a), connect(t, a)
+	h1.hello()
+	h2.hello()
+	runA := h1.send(&wire.Message{Type: wire.TypeRun, Run: validRun("a")})
+	runB := h2.send(&wire.Message{Type: wire.TypeRun, Run: validRun("b")})
+	runC := h2.send(&wire.Message{Type: wire.TypeRun, Run: validRun("c")})
+	for range 3 {
+		<-r.started
+	}
+	h1.expectError(h1.send(&wire.Message{Type: wire.TypeRun, Run: validRun("d")}), wire.ErrNoMemory)
+	id := h2.send(&wire.Message{Type: wire.TypePing})
+	if st := h2.expect(id, wire.TypePong).Status; len(st.Runs) != 3 {
+		t.Fatalf("pong lists %d runs, want 3: %+v", len(st.Runs), st.Runs)
+	}
+
+	cancel := h2.send(&wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: "b"}})
+	got := map[uint64]*wire.Message{}
+	for range 2 {
+		m := h2.recv()
+		got[m.ID] = m
+	}
+	if m := got[runB]; m == nil || m.Type != wire.TypeReceipt || m.Result.Receipt.RunID != "b" || m.Result.Receipt.Status != wire.StatusCancelled || got[cancel] == nil {
+		t.Fatalf("cancelled b: %+v", got)
+	}
+	h1.c.Close() // a's connection: a is cancelled, c goes on
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.mu.Lock()
+		_, aRuns := a.runs["a"]
+		_, cRuns := a.runs["c"]
+		a.mu.Unlock()
+		if !aRuns {
+			if !cRuns {
+				t.Fatal("c ended with a's connection")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run of a closed connection was not cancelled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.release <- struct{}{}
+	if m := h2.expect(runC, wire.TypeReceipt); m.Result.Receipt.RunID != "c" || m.Result.Receipt.Status != wire.StatusOK {
+		t.Fatalf("run c: %+v", m.Result.Receipt)
+	}
+	_ = runA
 }

@@ -61,6 +61,25 @@ func ParseReportOrder(cmdline string) (order int, ok bool, err error) {
 	return 0, false, nil
 }
 
+// ParseRuns reads pybox.runs=N from the kernel command line: how many
+// runs at once the host sized the VM for. It is 1 when the host did not
+// say (a host older than the parameter sized its VM for one).
+func ParseRuns(cmdline string) (int, error) {
+	runs := 1
+	for _, f := range strings.Fields(cmdline) {
+		v, found := strings.CutPrefix(f, "pybox.runs=")
+		if !found {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > wire.MaxRunsAtOnce {
+			return 1, fmt.Errorf("boot: pybox.runs=%q: want 1 to %d", v, wire.MaxRunsAtOnce)
+		}
+		runs = n
+	}
+	return runs, nil
+}
+
 // ParseImages reads the images the host attached from the kernel command
 // line. Entries that break a rule are returned as errors and left out; a
 // bad entry never stops the others.

@@ -5,10 +5,9 @@ package box
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,26 +30,34 @@ type Config struct {
 	// Logf, if set, gets one line per run that made a box: where its
 	// time went, phase by phase.
 	Logf func(format string, args ...any)
-	// Warm keeps a warm box ready for each image (warm.go).
+	// Warm keeps warm boxes ready for each image (pool.go).
 	Warm bool
+	// RunsAtOnce is how many runs the host sized the VM for: each image
+	// keeps that many warm boxes (at least two, so that back-to-back
+	// calls find one ready while the next warms).
+	RunsAtOnce int
+	// Memory reads the guest's memory (/proc/meminfo), for admission;
+	// nil admits by nothing but the box slots (tests).
+	Memory func() (*wire.GuestMemory, error)
 }
 
-// Runner is the guest's runner of boxes: it runs one program at a time,
-// each in a fresh sealed box, and keeps the warm boxes ready. Its methods
-// are safe for concurrent use; runs are serialised.
+// Runner is the guest's runner of boxes: it runs programs, each in a
+// fresh sealed box, several at once as memory allows (admit.go), and
+// keeps the warm boxes ready (pool.go). The life of one run is run.go's.
+// Its methods are safe for concurrent use.
 type Runner struct {
 	cfg     Config
 	paths   paths
 	wait    func(pid int) (unix.WaitStatus, *unix.Rusage)
 	agentNS map[string]uint64
 
-	turn sync.Mutex // a run's turn: held for the whole of Run, so runs never overlap
-
-	mu    sync.Mutex
-	left  []leftover // what failed cleanups left; runs are refused while there is any
-	cur   *run       // the run in progress, for Progress and Abort
-	slots [maxSlots]bool
-	warm  pool // the warm boxes (warm.go)
+	mu       sync.Mutex
+	admitted map[string]*admission // the runs admitted and not yet ended, by run id
+	full     int64                 // the guest's memory with nothing ballooned away (the most it has had)
+	left     []leftover            // what failed cleanups left, kept out of use (aside.go)
+	asideMu  sync.Mutex            // one SetAside at a time
+	slots    [maxSlots]bool
+	warm     pool // the warm boxes (pool.go)
 }
 
 // paths are where a box's parts live; tests move them.
@@ -74,8 +81,8 @@ var guestPaths = paths{
 // have started the reaper (reap.Start): the box collects its processes
 // with reap.Wait.
 func New(cfg Config) *Runner {
-	b := &Runner{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces()}
-	b.warm.init(cfg.Warm)
+	b := &Runner{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces(), admitted: map[string]*admission{}}
+	b.warm.init(cfg.Warm, max(2, cfg.RunsAtOnce))
 	return b
 }
 
@@ -86,10 +93,8 @@ func (b *Runner) logf(format string, args ...any) {
 }
 
 // takeSlot reserves the host ids of a box (see hostIDs); -1 when every
-// slot is in use.
-func (b *Runner) takeSlot() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// slot is in use. The caller holds b.mu.
+func (b *Runner) takeSlotLocked() int {
 	for i, used := range b.slots {
 		if !used {
 			b.slots[i] = true
@@ -97,6 +102,12 @@ func (b *Runner) takeSlot() int {
 		}
 	}
 	return -1
+}
+
+func (b *Runner) takeSlot() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.takeSlotLocked()
 }
 
 func (b *Runner) freeSlot(n int) {
@@ -122,7 +133,10 @@ func agentNamespaces() map[string]uint64 {
 
 // Run runs r in a fresh box and returns its result. It always returns a
 // receipt, whose cleanup status says whether the box is confirmed gone.
-// Cancelling ctx kills the box; the receipt then says cancelled.
+// Cancelling ctx kills the box; the receipt then says cancelled. Runs
+// go on at once, each in its own box; r runs in the room Admit set aside
+// for it (a run not admitted first is admitted here, and refused in its
+// receipt when it does not fit).
 //
 // r must have passed wire.Run.Check: the agent checks every run once,
 // before it reaches the box (agent.handleRun), and the box takes it as
@@ -132,16 +146,12 @@ func agentNamespaces() map[string]uint64 {
 // A run that asks for delivery (r.Deliver) has the files of its
 // /tmp/output streamed through emit, in chunks, before it returns.
 func (b *Runner) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result {
-	b.turn.Lock()
-	defer b.turn.Unlock()
 	rn := b.newRun(r)
 	rn.emit = emit
-	if err := b.admit(r); err != nil {
+	if err := b.claim(rn); err != nil {
 		rn.out.refusal = err.Error()
 		return rn.result()
 	}
-	b.setCurrent(rn)
-	defer b.setCurrent(nil)
 	rn.execute(ctx)
 	rn.enter(phaseCleanup)
 	rn.rec.Cleanup = rn.cleanup()
@@ -153,37 +163,29 @@ func (b *Runner) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChu
 		}
 		b.logf("box: run %s (%s): %s", r.RunID, how, rn.at.phases(rn.startedAt(), rn.exitedAt))
 	}
-	// A cold run found its image without a warm box (none was ready, or
-	// the last one failed): the next run's starts warming now, its slot
-	// free again, unless the image has failed too often.
-	if rn.warm == nil {
-		b.replenish(r.Image)
-	}
+	// Its room is free again: warm boxes that waited for room, or for
+	// the slot of a run that found none ready, start warming now.
+	b.release(r.RunID)
+	b.replenishAll()
 	return rn.result()
 }
 
-func (b *Runner) setCurrent(rn *run) {
+// Runs says where each run in progress is, oldest first.
+func (b *Runner) Runs() []wire.RunProgress {
 	b.mu.Lock()
-	b.cur = rn
-	b.mu.Unlock()
-}
-
-// Progress says where the run in progress is, or nil when none is.
-func (b *Runner) Progress() *wire.RunProgress {
-	b.mu.Lock()
-	rn := b.cur
-	b.mu.Unlock()
-	if rn == nil {
-		return nil
+	var runs []admission
+	for _, a := range b.admitted {
+		if a.rn != nil {
+			runs = append(runs, *a)
+		}
 	}
-	now := time.Now()
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	return &wire.RunProgress{
-		RunID: rn.req.RunID, Image: rn.req.Image, Phase: rn.phase,
-		PhaseMS: now.Sub(rn.phaseAt).Milliseconds(), RunMS: now.Sub(rn.at.begun).Milliseconds(),
-		BoundMS: rn.req.Bound().Milliseconds(),
+	b.mu.Unlock()
+	slices.SortFunc(runs, func(x, y admission) int { return x.since.Compare(y.since) })
+	out := make([]wire.RunProgress, 0, len(runs))
+	for _, a := range runs {
+		out = append(out, a.progress(b.paths.cgroups))
 	}
+	return out
 }
 
 // Abort is the watchdog's last resort for a run past its bound: whatever
@@ -193,9 +195,12 @@ func (b *Runner) Progress() *wire.RunProgress {
 // and that goroutine's own cleanup later finds what is already gone.
 func (b *Runner) Abort(runID string) wire.Cleanup {
 	b.mu.Lock()
-	rn := b.cur
+	var rn *run
+	if a := b.admitted[runID]; a != nil {
+		rn = a.rn
+	}
 	b.mu.Unlock()
-	if rn == nil || rn.req.RunID != runID {
+	if rn == nil {
 		return *wire.Unknown("the watchdog found the run no longer in progress")
 	}
 	rn.mu.Lock()
@@ -226,7 +231,7 @@ func (b *Runner) Abort(runID string) wire.Cleanup {
 		left = append(left, "/tmp not detached: "+err.Error())
 	}
 	note(st.remove(), "/tmp removed", "/tmp left")
-	l := leftover{runID: boxID, st: st}
+	l := leftover{runID: boxID, st: st, slot: -1}
 	if rest := l.what(); len(rest) > 0 {
 		left = append(left, rest...)
 	}
@@ -235,581 +240,4 @@ func (b *Runner) Abort(runID string) wire.Cleanup {
 		return wire.Cleanup{Status: wire.CleanupRemoved, Detail: detail}
 	}
 	return wire.Cleanup{Status: wire.CleanupFailed, Detail: detail + "; not confirmed: " + strings.Join(left, "; ")}
-}
-
-// admit checks what only the box knows before a box is made. The run
-// itself was checked once, by the agent, before it reached here (its
-// rules, its image and data folders, and the box's health).
-func (b *Runner) admit(r *wire.Run) error {
-	if _, ok := b.cfg.Images[r.Image]; !ok {
-		// The agent admits only the images this box was given.
-		return fmt.Errorf("this box was not given image %q", r.Image)
-	}
-	if b.paths.cgroups != "" {
-		return checkCgroup2()
-	}
-	return nil
-}
-
-// Healthy is nil unless an earlier cleanup left part of a box behind.
-// Each call tries again to remove what is left; once it is all gone,
-// the box is healthy again.
-func (b *Runner) Healthy() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var still []leftover
-	var what []string
-	for _, l := range b.left {
-		if rest := l.recover(); len(rest) > 0 {
-			still = append(still, l)
-			what = append(what, l.runID+": "+strings.Join(rest, ", "))
-		}
-	}
-	b.left = still
-	if len(still) == 0 {
-		return nil
-	}
-	return fmt.Errorf("box: the cleanup of an earlier run left %s; runs are refused until it is removed (see the console's mounts and cgroups)",
-		strings.Join(what, "; "))
-}
-
-// run is one run in progress.
-type run struct {
-	b   *Runner
-	req *wire.Run
-	rec wire.Receipt
-
-	cg    *runCgroup
-	st    *staging
-	proc  *boxProc
-	out   outcome
-	files []wire.OutputFile
-
-	exitedAt time.Time
-	empty    bool // the cgroup was confirmed empty after the run
-	at       milestones
-
-	emit func(*wire.OutputChunk) error // where delivered files go
-
-	boxID string    // names its cgroup and staging: the run id, or a warm box's
-	slot  int       // its host ids; -1 before it has some
-	warm  *warmBox  // the warm box it took, if it did
-	go_   time.Time // when a warm box was told to start the program
-	cpu0  cgroupStats
-
-	// settleBy is when settling must be done: SettleAllowance after the
-	// box was killed, or after the program's end.
-	settleBy time.Time
-
-	mu      sync.Mutex // guards phase, phaseAt and boxID, read by Progress and Abort
-	phase   string
-	phaseAt time.Time
-}
-
-// milestones are when a run passed each step, for the per-run log line
-// that says where the time went.
-type milestones struct {
-	begun, cgroup, staged, spawned, settled, collected, cleaned time.Time
-}
-
-// phases renders the time between milestones, in ms; started is when
-// box-init reported a good posture and exited when box-init ended (zero
-// if it never did). A step that was not reached shows as "-".
-func (m milestones) phases(started, exited time.Time) string {
-	steps := []struct {
-		name     string
-		from, to time.Time
-	}{
-		{"cgroup", m.begun, m.cgroup},
-		{"staging", m.cgroup, m.staged},
-		{"spawn", m.staged, m.spawned},
-		{"box-init", m.spawned, started}, // mounts, pivot, seccomp, posture check
-		{"program", started, exited},
-		{"settle", exited, m.settled},
-		{"output", m.settled, m.collected},
-		{"cleanup", m.collected, m.cleaned}, // counters and removal
-	}
-	parts := make([]string, 0, len(steps))
-	for _, st := range steps {
-		if st.from.IsZero() || st.to.IsZero() {
-			parts = append(parts, st.name+" -")
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s %.1f", st.name, float64(st.to.Sub(st.from).Microseconds())/1000))
-	}
-	return fmt.Sprintf("%.1f ms in all: %s (ms)", float64(m.cleaned.Sub(m.begun).Microseconds())/1000, strings.Join(parts, ", "))
-}
-
-// newRun starts the receipt of r, a checked run (see Run).
-func (b *Runner) newRun(r *wire.Run) *run {
-	img, ok := b.cfg.Images[r.Image]
-	if !ok {
-		img = wire.ImageInfo{Name: r.Image}
-	}
-	rn := &run{b: b, req: r, boxID: r.RunID, slot: -1}
-	rn.at.begun = time.Now()
-	rn.out.timeout = r.TimeoutSeconds
-	rn.rec = wire.Receipt{
-		SchemaVersion: wire.ReceiptSchemaVersion,
-		RunID:         r.RunID,
-		Image:         img,
-		Agent:         b.cfg.Agent,
-		Limits: wire.AppliedLimit{
-			TimeoutSeconds: r.TimeoutSeconds, MaxOutputBytes: r.MaxOutputBytes,
-			MemoryBytes: memoryMax, PidsMax: pidsMax, TmpBytes: tmpBytes, TmpInodes: tmpInodes,
-		},
-		Memory:     wire.Memory{LimitBytes: memoryMax, Reading: readingNone},
-		Pids:       wire.Pids{Max: pidsMax},
-		InputFiles: digestInputs(r.Files),
-		Data:       dataInfo(r.Data),
-		Output:     wire.Output{Returned: []wire.FileDigest{}, NotReturned: []wire.NotReturned{}},
-		Cleanup:    *wire.NothingRan(),
-	}
-	return rn
-}
-
-// dataInfo is the data folders for the receipt: their names, as the run
-// gave them. Where each is on the host and what it holds is the host's to
-// say; it fills those in itself when the receipt reaches it.
-func dataInfo(in []wire.DataFolder) []wire.DataFolder {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]wire.DataFolder, len(in))
-	for i, d := range in {
-		out[i] = wire.DataFolder{Name: d.Name}
-	}
-	return out
-}
-
-// Readings of memory.peak.
-const (
-	readingFinal    = "final"     // read after every process of the box was gone
-	readingNotFinal = "not_final" // read while something was left in the box
-	readingNone     = "unavailable"
-)
-
-// Phases of a run, as Progress reports them.
-const (
-	phaseSetup   = "setup"   // cgroup, staging, box-init up to its posture report
-	phaseProgram = "program" // the program runs, up to its timeout
-	phaseSettle  = "settle"  // the box is killed and emptied, the pipes drained
-	phaseOutput  = "output"  // /tmp/output is collected and the counters read
-	phaseDeliver = "deliver" // /tmp/output is streamed whole to the host
-	phaseCleanup = "cleanup" // the tmpfs and the cgroup are removed
-)
-
-func (rn *run) enter(phase string) {
-	rn.mu.Lock()
-	rn.phase, rn.phaseAt = phase, time.Now()
-	rn.mu.Unlock()
-}
-
-// execute makes the box, runs the program and measures it. Whatever it
-// made is recorded in rn for cleanup, even when a step fails. Each phase
-// keeps to its allowance (wire.RunBound); cancelling ctx ends the
-// program and the collection of its output, never the cleanup.
-func (rn *run) execute(ctx context.Context) {
-	rn.enter(phaseSetup)
-	// A warm box of the image, if there is one (waiting for it while it
-	// warms, within the setup's allowance); a cold one otherwise.
-	by := rn.at.begun.Add(wire.SetupAllowance - time.Second)
-	wb, why := rn.b.takeWarm(ctx, rn.req.Image, rn.req.Code, by)
-	if wb != nil {
-		rn.takeOver(ctx, wb, by)
-	} else if why != "" {
-		rn.rec.Box = &wire.BoxInfo{Fallback: why}
-	}
-	if rn.warm == nil {
-		if rn.rec.Box == nil {
-			rn.rec.Box = &wire.BoxInfo{Fallback: rn.b.coldReason(rn.req.Image)}
-		}
-		if !rn.makeCold(ctx) {
-			return
-		}
-	}
-	rn.supervise(ctx)
-	rn.enter(phaseSettle)
-	rn.settle()
-	rn.at.settled = time.Now()
-	rn.enter(phaseOutput)
-	if rn.out.refusal == "" {
-		var overrun string
-		rn.files, rn.rec.Output, overrun = collectOutput(ctx, rn.st.tmp, rn.req.ReturnFiles, time.Now().Add(wire.CollectAllowance))
-		rn.overran(overrun)
-		rn.deliver(ctx)
-	}
-	rn.at.collected = time.Now()
-	rn.measure()
-}
-
-// takeOver hands the program to wb; if that fails, before anything of
-// the program ran, the box is discarded and the run is left to make a
-// cold one, its receipt saying why.
-func (rn *run) takeOver(ctx context.Context, wb *warmBox, by time.Time) {
-	err := rn.handOver(ctx, wb, by)
-	if err == nil {
-		return
-	}
-	rn.b.logf("box: run %s: the warm box %s could not take the program (%v); a cold box runs it", rn.req.RunID, wb.id, err)
-	rn.b.discard(wb, "the hand-over failed: "+err.Error(), true) // unless its warming failed, and discarded it
-	rn.mu.Lock()
-	rn.warm, rn.cg, rn.st, rn.proc, rn.slot, rn.boxID = nil, nil, nil, nil, -1, rn.req.RunID
-	rn.mu.Unlock()
-	rn.rec.Memory, rn.cpu0 = wire.Memory{LimitBytes: memoryMax, Reading: readingNone}, cgroupStats{}
-	rn.rec.Box = &wire.BoxInfo{Fallback: "the warm box could not take the program: " + err.Error()}
-}
-
-// makeCold makes a box for the run alone: its cgroup, its /tmp with the
-// input files, and box-init, which execs python3 -I -B -c CODE. It says
-// whether the box runs; if not, the outcome says why.
-func (rn *run) makeCold(ctx context.Context) bool {
-	b := rn.b
-	refuse := func(err error) bool {
-		rn.out.refusal = "the box could not be made: " + err.Error()
-		return false
-	}
-	if rn.slot = b.takeSlot(); rn.slot < 0 {
-		return refuse(errors.New("every box slot is in use"))
-	}
-	ids := slotIDs(rn.slot)
-	var err error
-	if b.paths.cgroups != "" {
-		if rn.cg, err = makeCgroup(b.paths.cgroups, rn.boxID, cpuWeightRun); err != nil {
-			return refuse(err)
-		}
-	}
-	rn.at.cgroup = time.Now()
-	image := b.paths.images + "/" + rn.req.Image
-	if rn.st, err = makeStaging(b.paths.staging, rn.boxID, image, rn.req.Files, ids); err != nil {
-		return refuse(err)
-	}
-	rn.at.staged = time.Now()
-	if ctx.Err() != nil {
-		rn.out.cancelled = true
-		return false
-	}
-	cfg := b.childConfig(rn.req.Image, rn.st.tmp, []string{"python3", "-I", "-B", "-c", rn.req.Code}, rn.req.Data)
-	if rn.proc, err = spawn(spawnSpec{exe: b.paths.exe, cfg: cfg, cgroupFD: rn.cg.descriptor(), ids: ids, maxOut: rn.req.MaxOutputBytes}); err != nil {
-		return refuse(err)
-	}
-	rn.proc.watch(b.wait)
-	rn.at.spawned = time.Now()
-	return true
-}
-
-// childConfig is what box-init gets for a box of image, with the staging
-// tmpfs tmp as its /tmp, that runs argv.
-func (b *Runner) childConfig(image, tmp string, argv []string, data []wire.DataFolder) childConfig {
-	root := b.paths.images + "/" + image
-	cfg := childConfig{
-		Root: root, Staging: tmp, Argv: argv, Env: programEnv(runtime.GOARCH, b.cfg.Accel),
-		AgentNS: b.agentNS, UID: programID, GID: programID, FileSizeMax: tmpBytes,
-	}
-	cfg.Data = b.dataMounts(data)
-	cfg.SkipPosture, cfg.SkipSeccomp = b.skips()
-	return cfg
-}
-
-// dataMounts are where the agent has the data folders a run names.
-func (b *Runner) dataMounts(data []wire.DataFolder) []dataMount {
-	var out []dataMount
-	for _, d := range data {
-		out = append(out, dataMount{Name: d.Name, Source: b.paths.data + "/" + d.Name})
-	}
-	return out
-}
-
-// startedAt is when the program started: box-init's good posture for a
-// cold box, the "go" for a warm one.
-func (rn *run) startedAt() time.Time {
-	if rn.warm != nil {
-		return rn.go_
-	}
-	if rn.proc == nil {
-		return time.Time{}
-	}
-	return rn.proc.report.startedAt
-}
-
-// deliver streams /tmp/output whole to the host, for a run that asked.
-func (rn *run) deliver(ctx context.Context) {
-	if rn.req.Deliver == nil || rn.emit == nil {
-		return
-	}
-	rn.enter(phaseDeliver)
-	emit := func(name string, off int64, data []byte) error {
-		return rn.emit(&wire.OutputChunk{RunID: rn.req.RunID, Name: name, Offset: off, Data: data})
-	}
-	d := deliverOutput(ctx, rn.st.tmp, rn.req.Deliver, emit, time.Now().Add(wire.DeliverAllowance))
-	rn.rec.Output.Delivered = d.delivered
-	all := wire.SumFiles(d.delivered)
-	rn.rec.Output.DeliveredAll = &all
-	rn.rec.Output.NotDelivered, rn.rec.Output.NotDeliveredUnlisted = d.notDelivered, d.notListed
-	rn.overran(d.overrun)
-}
-
-// overran notes in the receipt a phase that stopped before it was done.
-func (rn *run) overran(what string) {
-	if what != "" {
-		rn.rec.Overruns = append(rn.rec.Overruns, what)
-	}
-}
-
-// programEnv is the program's whole environment, on goarch under accel
-// (see Config.Accel).
-func programEnv(goarch, accel string) []string {
-	env := []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=/tmp",
-		"TMPDIR=/tmp",
-		"LANG=C.UTF-8",
-		"MPLCONFIGDIR=/tmp/" + mplConfig,
-		// One BLAS thread, the program's own: OpenBLAS starts its
-		// worker threads when numpy loads it, so with more a warm box
-		// (numpy preloaded) would run threads under a program that
-		// never imported numpy, and a cold one would not. The box has
-		// few CPUs, and the small arrays programs here use gain little
-		// from a second.
-		"OPENBLAS_NUM_THREADS=1",
-		"PYTHONDONTWRITEBYTECODE=1",
-	}
-	if goarch == "amd64" && accel != "kvm" {
-		// Under QEMU's emulator OpenBLAS picks kernels by what the
-		// emulated CPU claims, and some of them die with SIGILL (in
-		// matplotlib's savefig) or crawl; Prescott's (SSE3) run
-		// everywhere, at no cost for the small arrays programs here
-		// use. On KVM the CPU is the host's and OpenBLAS's own choice is
-		// right. A host that does not say (older than pybox.accel) gets
-		// the safe kernels.
-		env = append(env, "OPENBLAS_CORETYPE=Prescott")
-	}
-	return env
-}
-
-// supervise waits for box-init, which outlives the program, to exit,
-// killing the box at the timeout, on cancel, or when its setup overruns.
-// Once the box is killed, box-init has SettleAllowance to exit; one
-// stuck in the kernel past that is left to settle and cleanup, which
-// kill the cgroup again and say what is left.
-func (rn *run) supervise(ctx context.Context) {
-	p := rn.proc
-	exited := p.exited
-	// Setup's allowance counts from the run's request, not from spawn.
-	setup := time.NewTimer(time.Until(rn.at.begun.Add(wire.SetupAllowance)))
-	defer setup.Stop()
-	var deadline, killed <-chan time.Time
-	started, cancelled := p.report.started, ctx.Done()
-	if rn.warm != nil {
-		// The program started at the hand-over's "go".
-		now := make(chan struct{})
-		close(now)
-		started = now
-	}
-	kill := func() {
-		rn.kill()
-		rn.settleBy = time.Now().Add(wire.SettleAllowance)
-		deadline, cancelled, killed = nil, nil, time.After(wire.SettleAllowance)
-	}
-	for {
-		select {
-		case <-started:
-			// The wall timeout counts from the program's start, not
-			// from the box's setup.
-			started = nil
-			setup.Stop()
-			rn.enter(phaseProgram)
-			t := time.NewTimer(time.Duration(rn.req.TimeoutSeconds * float64(time.Second)))
-			defer t.Stop()
-			deadline = t.C
-		case <-deadline:
-			rn.out.timedOut = true
-			kill()
-		case <-setup.C:
-			rn.out.refusal = fmt.Sprintf("box setup took longer than its allowance of %v", wire.SetupAllowance)
-			rn.overran(rn.out.refusal)
-			started = nil
-			kill()
-		case <-cancelled:
-			rn.out.cancelled = true
-			kill()
-		case <-killed:
-			rn.overran(fmt.Sprintf("settle: box-init had not exited %v after the box was killed", wire.SettleAllowance))
-			return
-		case ws := <-exited:
-			rn.exitedAt = time.Now()
-			rn.out.exited, rn.out.status = true, ws
-			return
-		}
-	}
-}
-
-// kill kills every process of the box.
-func (rn *run) kill() {
-	if rn.cg != nil && rn.cg.kill() == nil {
-		return
-	}
-	// Without a cgroup (tests), or if cgroup.kill failed: box-init is
-	// the init of the box's pid namespace, and when it dies the kernel
-	// kills every other process in it.
-	unix.Kill(rn.proc.pid, unix.SIGKILL)
-}
-
-// settle kills whatever the program left running, waits for the box to
-// empty, and lets the pipes end. Nothing of the box may run while
-// /tmp/output is read or memory.peak taken.
-func (rn *run) settle() {
-	if rn.settleBy.IsZero() {
-		rn.settleBy = time.Now().Add(wire.SettleAllowance)
-	}
-	rn.empty = true
-	if rn.cg != nil {
-		rn.cg.kill()
-		if err := rn.cg.waitEmpty(time.Until(rn.settleBy)); err != nil {
-			rn.empty = false
-			rn.overran("settle: " + err.Error())
-		}
-	}
-	// The three pipes share one allowance.
-	drainBy := time.Now().Add(wire.DrainAllowance)
-	p := rn.proc
-	ended := p.stdout.finish(time.Until(drainBy))
-	ended = p.stderr.finish(time.Until(drainBy)) && ended
-	ended = p.report.finish(time.Until(drainBy)) && ended
-	if !ended {
-		rn.overran(fmt.Sprintf("settle: the box's pipes had not ended %v after it emptied; what came later was not read", wire.DrainAllowance))
-	}
-	if rn.out.refusal == "" {
-		rn.out.refusal = p.report.refusal()
-	}
-	// box-init's own status is 0 when it reported the program's end, or
-	// SIGKILL when the box was killed first; the program's is the one
-	// the receipt gives.
-	if p.report.program != nil {
-		rn.out.status = *p.report.program
-	} else if rn.out.exited && !rn.out.timedOut && !rn.out.cancelled && rn.out.refusal == "" {
-		// box-init ended before the program without the agent killing
-		// it: the status at hand is box-init's, not the program's.
-		rn.out.initEnded = true
-	}
-	rn.rec.Capture.StdoutInfo, rn.rec.Capture.Stdout = p.stdout.stream()
-	rn.rec.Capture.StderrInfo, rn.rec.Capture.Stderr = p.stderr.stream()
-	rn.rec.Posture = p.report.posture
-	if start := rn.startedAt(); !start.IsZero() && !rn.exitedAt.IsZero() {
-		rn.rec.WallMS = rn.exitedAt.Sub(start).Milliseconds()
-	}
-}
-
-// measure reads the cgroup's counters into the receipt.
-func (rn *run) measure() {
-	if rn.cg == nil {
-		return
-	}
-	s, err := rn.cg.stats()
-	if err != nil {
-		return
-	}
-	rn.out.oomKills = s.oomKills
-	rn.rec.Memory.PeakBytes = s.memoryPeak
-	rn.rec.Memory.Reading = readingNotFinal
-	if rn.empty {
-		rn.rec.Memory.Reading = readingFinal
-	}
-	rn.rec.Memory.OOMKilled = s.oomKills > 0
-	// A warm box's CPU before the hand-over (the preload) is not the
-	// program's.
-	rn.rec.CPU = wire.CPUTime{UserMS: (s.userUsec - rn.cpu0.userUsec) / 1000, SystemMS: (s.systemUsec - rn.cpu0.systemUsec) / 1000}
-	rn.rec.Pids.LimitHit = s.pidsMaxHit
-}
-
-// cleanup removes the box, then checks that it is gone: only then is
-// it REMOVED. What is left is remembered, and runs are refused until a
-// later attempt removes it.
-func (rn *run) cleanup() wire.Cleanup {
-	if rn.st == nil && rn.cg == nil {
-		rn.b.freeSlot(rn.slot)
-		return *wire.NothingRan()
-	}
-	return rn.b.removeBox(rn.req.RunID, rn.cg, rn.st, rn.empty, rn.slot)
-}
-
-// removeBox removes a box's tmpfs and cgroup, then checks that they are
-// gone: only then is it REMOVED. What is left is remembered, and runs are
-// refused until a later attempt removes it. Its slot is free again.
-func (b *Runner) removeBox(id string, cg *runCgroup, st *staging, empty bool, slot int) wire.Cleanup {
-	defer b.freeSlot(slot)
-	var errs []string
-	if cg != nil && !empty {
-		// A box that never emptied: one more try, in part of the
-		// cleanup's allowance (removal takes the rest).
-		cg.kill()
-		cg.waitEmpty(wire.CleanupAllowance - time.Second)
-	}
-	if st != nil {
-		if err := st.remove(); err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	if cg != nil {
-		if err := cg.remove(); err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	l := leftover{runID: id, st: st, cg: cg}
-	left := l.what()
-	if len(left) == 0 {
-		return wire.Cleanup{Status: wire.CleanupRemoved}
-	}
-	b.mu.Lock()
-	b.left = append(b.left, l)
-	b.mu.Unlock()
-	detail := "left: " + strings.Join(left, ", ")
-	if len(errs) > 0 {
-		detail += " (" + strings.Join(errs, "; ") + ")"
-	}
-	return wire.Cleanup{Status: wire.CleanupFailed, Detail: detail}
-}
-
-// result finishes the receipt.
-func (rn *run) result() *wire.Result {
-	v := decide(rn.out)
-	rn.rec.Status, rn.rec.ExitCode, rn.rec.Signal = v.status, v.exitCode, v.signal
-	rn.rec.Reason = pidsNote(v.reason, rn.rec.Pids.LimitHit)
-	return &wire.Result{Receipt: rn.rec, Files: rn.files}
-}
-
-// leftover is what a failed cleanup left of one box.
-type leftover struct {
-	runID string
-	st    *staging
-	cg    *runCgroup
-}
-
-// what lists what of the box still exists.
-func (l leftover) what() []string {
-	var left []string
-	if l.st != nil {
-		left = append(left, l.st.leftovers()...)
-	}
-	if l.cg != nil && !l.cg.gone() {
-		left = append(left, "cgroup "+l.cg.dir)
-	}
-	return left
-}
-
-// recover tries again to remove the box, less gently than cleanup (a
-// busy mount is detached), and says what is still left.
-func (l leftover) recover() []string {
-	if l.cg != nil && !l.cg.gone() {
-		l.cg.kill()
-		l.cg.waitEmpty(200 * time.Millisecond)
-		l.cg.remove()
-	}
-	if l.st != nil {
-		if err := l.st.remove(); err != nil {
-			unix.Unmount(l.st.tmp, unix.MNT_DETACH)
-			l.st.remove()
-		}
-	}
-	return l.what()
 }

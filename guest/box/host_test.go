@@ -144,8 +144,8 @@ func hostRun(t *testing.T, b *Runner, ctx context.Context, code string, edit fun
 	if _, err := os.Lstat(filepath.Join(b.paths.staging, r.RunID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("staging directory left behind: %v", err)
 	}
-	if err := b.Healthy(); err != nil {
-		t.Errorf("unhealthy after the run: %v", err)
+	if aside := b.SetAside(); len(aside) > 0 {
+		t.Errorf("set aside after the run: %v", aside)
 	}
 	return res
 }
@@ -389,8 +389,8 @@ func TestRunRefusedBeforeStart(t *testing.T) {
 	}
 }
 
-// A cleanup that cannot unmount is FAILED, says what is left, and makes
-// the box refuse runs until a later attempt succeeds.
+// A cleanup that cannot unmount is FAILED, says what is left, and sets
+// the box aside (listed, its slot kept) until a later attempt succeeds.
 func TestCleanupFailureAndRecovery(t *testing.T) {
 	needs.Root(t, "mounting the staging tmpfs")
 	b := &Runner{paths: paths{staging: t.TempDir()}}
@@ -412,10 +412,44 @@ func TestCleanupFailureAndRecovery(t *testing.T) {
 		t.Errorf("the box remembers %d leftovers, want 1", len(b.left))
 	}
 	f.Close()
-	if err := b.Healthy(); err != nil {
-		t.Errorf("still unhealthy once the mount could go: %v", err)
+	if aside := b.SetAside(); len(aside) > 0 {
+		t.Errorf("still set aside once the mount could go: %v", aside)
 	}
 	if left := (leftover{st: st}).what(); len(left) != 0 {
 		t.Errorf("left after recovery: %v", left)
+	}
+}
+
+// Boxes run at once, each with its own /tmp, output and receipt: no run
+// sees another's token or files.
+func TestHostRunsAtOnce(t *testing.T) {
+	b := hostRunner(t)
+	const n = 4
+	results := make([]*wire.Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code := fmt.Sprintf(`import os, time
+token = "token-%d"
+os.makedirs("/tmp/output", exist_ok=True)
+open("/tmp/output/" + token + ".txt", "w").write(token)
+time.sleep(0.5)
+print(token, sorted(os.listdir("/tmp/output")))`, i)
+			results[i] = hostRun(t, b, context.Background(), code, func(r *wire.Run) { r.ReturnFiles = true })
+		}()
+	}
+	wg.Wait()
+	for i, res := range results {
+		token := fmt.Sprintf("token-%d", i)
+		rec := res.Receipt
+		want := fmt.Sprintf("%s ['%s.txt']\n", token, token)
+		if rec.Status != wire.StatusOK || rec.Capture.Stdout != want {
+			t.Errorf("run %d: %s, stdout %q, want %q (stderr %q)", i, rec.Status, rec.Capture.Stdout, want, rec.Capture.Stderr)
+		}
+		if len(res.Files) != 1 || res.Files[0].Name != token+".txt" || string(res.Files[0].Content) != token {
+			t.Errorf("run %d returned %+v", i, res.Files)
+		}
 	}
 }

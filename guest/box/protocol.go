@@ -29,9 +29,10 @@ type hostIDs struct {
 	program int // programID, as the agent sees it
 }
 
-// maxSlots bounds the boxes alive at once: a run, and a warm box for
-// each image (at most 8 images warm).
-const maxSlots = 10
+// maxSlots bounds the boxes alive at once: the runs, the warm boxes of
+// every image, and what failed cleanups set aside. Slot 63 has ids
+// 226000 and 227000.
+const maxSlots = 64
 
 // slotIDs are the ids of slot n: slot 0 has 100000 and 101000.
 func slotIDs(n int) hostIDs {

@@ -261,3 +261,15 @@ func CutUTF8(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// Label makes who fit wire.Run.Client: control characters become
+// spaces, and it is cut, whole characters only, to MaxClientBytes.
+func Label(who string) string {
+	who = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(who, "\uFFFD"))
+	return CutUTF8(who, wire.MaxClientBytes)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -129,7 +130,17 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest) (res *sdk.C
 				Cleanup: *wire.Unknown("an internal error in pybox mcp")}, extrasOf(req)), nil
 		}
 	}()
-	return shapeFor(s.run(ctx, req.Params.Arguments), extrasOf(req)), nil
+	return shapeFor(s.run(ctx, req.Params.Arguments, clientOf(req)), extrasOf(req)), nil
+}
+
+// clientOf says who asks, for pybox vm status: this server, and the MCP
+// client it serves when that client said its name.
+func clientOf(req *sdk.CallToolRequest) string {
+	who := fmt.Sprintf("pybox mcp (pid %d", os.Getpid())
+	if p := req.Session.InitializeParams(); p != nil && p.ClientInfo != nil && p.ClientInfo.Name != "" {
+		who += ", " + strings.TrimSpace(p.ClientInfo.Name+" "+p.ClientInfo.Version)
+	}
+	return client.Label(who + ")")
 }
 
 // extrasOf is what the protocol of req adds to its result, as the SDK
@@ -149,12 +160,12 @@ func extrasOf(req *sdk.CallToolRequest) wireExtras {
 	return w
 }
 
-func (s *Server) run(ctx context.Context, raw []byte) outcome {
+func (s *Server) run(ctx context.Context, raw []byte, who string) outcome {
 	run, err := parseArgs(raw, &s.opts)
 	if err != nil {
 		return refused(codeInvalidArguments, "arguments refused: "+err.Error()+". Nothing ran.")
 	}
-	run.RunID = wire.NewRunID("mcp-")
+	run.RunID, run.Client = wire.NewRunID("mcp-"), who
 	if len(run.Data) > 0 {
 		run.MaxDataBytes = s.opts.MaxDataBytes
 	}
@@ -338,7 +349,7 @@ func (s *Server) busy() bool {
 
 func refusedBeforeStart(code string) bool {
 	switch code {
-	case wire.ErrBusy, wire.ErrBadRequest, wire.ErrNoImage, wire.ErrUnhealthy, wire.ErrNoVM:
+	case wire.ErrBusy, wire.ErrNoMemory, wire.ErrBadRequest, wire.ErrNoImage, wire.ErrUnhealthy, wire.ErrNoVM:
 		return true
 	}
 	return false

@@ -381,7 +381,9 @@ func hintFor(res *toolResult, o Options) string {
 		case wire.ErrUnhealthy:
 			return "the guest could not clean up a box and refuses runs: `pybox vm logs` says why; restart the VM (`pybox vm stop`, `pybox vm start`)"
 		case wire.ErrBusy:
-			return "the VM is running another client's program (one run at a time per VM): let it finish, or stop the other agent, and check again"
+			return "the server is running another of its calls (one at a time per server): let it finish, and check again"
+		case wire.ErrNoMemory:
+			return "the VM's memory is held by other agents' runs: let them finish, or restart the VM sized for more (`pybox vm start --runs N`)"
 		case "invalid_arguments":
 			return "the server refused a call that keeps to the ceilings this check was given, so its options differ: give `pybox check` the same --images and --max-timeout as the server"
 		case "vm_lost":

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"sync"
 	"time"
 
 	"pybox/host/vm"
@@ -10,9 +11,14 @@ import (
 // balloon drives the memory of a VM whose guest does not give freed
 // memory back by itself (vz's traditional balloon): after each ping it
 // lowers the guest's memory to what it needs once it has run nothing for
-// vm.BalloonIdle, and gives it all back as soon as a run is seen.
+// vm.BalloonIdle, and gives it all back before each run is sent (run)
+// and whenever a run is seen. The guest admits runs by its whole memory,
+// ballooned or not: the second of two runs that arrive while it is idle
+// finds the memory given back, not a refusal.
 type balloon struct {
-	whole  int64     // the VM's memory, in bytes
+	whole int64 // the VM's memory, in bytes
+
+	mu     sync.Mutex
 	busyAt time.Time // when the guest was last seen running something
 	target int64     // the target set last; whole at first
 }
@@ -29,9 +35,11 @@ const balloonStep = 64 << 20
 // next is the target for what the guest said at now, and whether it
 // differs enough from the last one to be set.
 func (b *balloon) next(st *wire.AgentStatus, now time.Time) (int64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	want := b.whole
 	switch {
-	case st == nil || st.Run != nil || st.Memory == nil:
+	case st == nil || len(st.Runs) > 0 || st.Memory == nil:
 		// Running, or not saying what it holds: all of it.
 		b.busyAt = now
 	case now.Sub(b.busyAt) >= vm.BalloonIdle:
@@ -44,6 +52,19 @@ func (b *balloon) next(st *wire.AgentStatus, now time.Time) (int64, bool) {
 	return want, true
 }
 
+// run is the target as a run is about to be sent: all of it, and whether
+// that is a change.
+func (b *balloon) run(now time.Time) (int64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.busyAt = now
+	if b.target == b.whole {
+		return b.whole, false
+	}
+	b.target = b.whole
+	return b.whole, true
+}
+
 func abs(n int64) int64 {
 	if n < 0 {
 		return -n
@@ -54,6 +75,11 @@ func abs(n int64) int64 {
 // steer sets the machine's memory target after a ping answered st.
 func (s *supervisor) steer(b *balloon, m *vm.Machine, st *wire.AgentStatus) {
 	target, change := b.next(st, time.Now())
+	s.setTarget(b, m, target, change)
+}
+
+// setTarget sets the machine's memory target, when it changed.
+func (s *supervisor) setTarget(b *balloon, m *vm.Machine, target int64, change bool) {
 	if !change || !m.SetMemoryTarget(target) {
 		return
 	}

@@ -12,7 +12,7 @@ func TestBalloonGivesBackWhenIdleAndAllWhenBusy(t *testing.T) {
 	t0 := time.Unix(1e9, 0)
 	b := newBalloon(2048, t0)
 	idle := &wire.AgentStatus{Memory: &wire.GuestMemory{Total: 2048 << 20, Used: 120 << 20, Cache: 300 << 20, Free: 1628 << 20}}
-	busy := &wire.AgentStatus{Memory: idle.Memory, Run: &wire.RunProgress{}}
+	busy := &wire.AgentStatus{Memory: idle.Memory, Runs: []wire.RunProgress{{}}}
 	type step struct {
 		at     time.Duration
 		st     *wire.AgentStatus

@@ -55,8 +55,8 @@ func (s *supervisor) checkFolders() error {
 // user configured it, what it held, and what of it the box does not get
 // as a plain file. It is given the run's header, which names the folders
 // and bounds what they hold together; the guest is told the names only
-// (wire.RunHeader). The relay calls it only while no other run is in
-// flight.
+// (wire.RunHeader). Several runs may be prepared at once: it reads and
+// changes nothing.
 func (s *supervisor) prepareRun(run *wire.RunHeader) ([]wire.DataFolder, *wire.Error) {
 	shares := map[string]vm.DataShare{}
 	var names []string

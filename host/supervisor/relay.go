@@ -69,18 +69,29 @@ type Relay struct {
 	// silent is set by the supervisor's health check while the guest
 	// does not answer its pings: runs are refused at once meanwhile.
 	silent string
-	// prepare, when set, readies what a run that names data folders
-	// needs (their copies brought up to date) before it is sent, and
-	// returns the host's record of each for the run's receipt; it runs
-	// only while no other run is in flight, as preparing says. It is
-	// given the run's header: the relay reads no run's body.
-	prepare   func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error)
-	preparing bool
+	// prepare, when set, checks the data folders a run names before it
+	// is sent, and returns the host's record of each for the run's
+	// receipt. It is given the run's header: the relay reads no run's
+	// body. Runs of several clients may be prepared at once: it reads
+	// the folders and changes nothing.
+	prepare func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error)
+	// beforeRun, when set, is called before each run is sent: the
+	// supervisor gives the guest back any memory its balloon holds, so
+	// that the guest's admission and the host agree.
+	beforeRun func()
 }
 
 // SetPrepare sets what readies a run that names data folders (see
 // Relay.prepare).
 func (r *Relay) SetPrepare(f func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error)) { r.prepare = f }
+
+// SetBeforeRun sets what is called before each run is sent (see
+// Relay.beforeRun).
+func (r *Relay) SetBeforeRun(f func()) {
+	r.mu.Lock()
+	r.beforeRun = f
+	r.mu.Unlock()
+}
 
 // pending is a request on its way through the guest.
 type pending struct {
@@ -595,7 +606,7 @@ func (r *Relay) forward(c *peer, typ string, id uint64, p []byte, run *wire.RunH
 		notSent = wire.NothingRan()
 	}
 	r.mu.Lock()
-	gone, stopping, all, silent := r.gone, r.stopping, len(r.pending), r.silent
+	gone, stopping, all, silent, beforeRun := r.gone, r.stopping, len(r.pending), r.silent, r.beforeRun
 	inFlight := 0
 	for _, q := range r.pending {
 		if q.c == c {
@@ -627,54 +638,23 @@ func (r *Relay) forward(c *peer, typ string, id uint64, p []byte, run *wire.RunH
 		r.mu.Unlock()
 	}
 	if run != nil && len(run.Data) > 0 {
-		data, e := r.prepareData(run)
+		if r.prepare == nil {
+			c.sendErr(id, wire.ErrNoData, "this VM has no data folders: start it with `pybox vm start --data NAME=DIR`", notSent)
+			return
+		}
+		data, e := r.prepare(run)
 		if e != nil {
 			c.sendErr(id, e.Code, e.Message, notSent)
 			return
 		}
-		defer r.donePreparing()
 		pd.data = data
+	}
+	if run != nil && beforeRun != nil {
+		beforeRun()
 	}
 	if err := r.sendPayload(pd, p); err != nil {
 		c.sendErr(id, wire.ErrNoVM, "the VM is not reachable: "+err.Error(), notSent)
 	}
-}
-
-// prepareData readies a run that names data folders and returns the
-// host's record of them. Their copies must not change under a run that
-// reads them, so this waits for nothing: with another run in flight (or
-// being readied), the run is busy, as the guest would say. The caller
-// must call donePreparing once the run is sent (and so in flight); after
-// a refusal there is nothing to undo.
-func (r *Relay) prepareData(run *wire.RunHeader) ([]wire.DataFolder, *wire.Error) {
-	r.mu.Lock()
-	busy := r.preparing
-	for _, q := range r.pending {
-		busy = busy || q.typ == wire.TypeRun
-	}
-	if !busy {
-		r.preparing = true
-	}
-	r.mu.Unlock()
-	if busy {
-		return nil, &wire.Error{Code: wire.ErrBusy, Message: "another run is in progress; nothing was queued: try again when it has finished"}
-	}
-	if r.prepare == nil {
-		r.donePreparing()
-		return nil, &wire.Error{Code: wire.ErrNoData, Message: "this VM has no data folders: start it with `pybox vm start --data NAME=DIR`"}
-	}
-	data, e := r.prepare(run)
-	if e != nil {
-		r.donePreparing()
-		return nil, e
-	}
-	return data, nil
-}
-
-func (r *Relay) donePreparing() {
-	r.mu.Lock()
-	r.preparing = false
-	r.mu.Unlock()
 }
 
 // send registers p and writes m, a message of the supervisor's own, to

@@ -585,12 +585,12 @@ func TestSupervisorPing(t *testing.T) {
 			return
 		}
 		writeMessage(h.guest, &wire.Message{Type: wire.TypePong, ID: g.ID, Status: &wire.AgentStatus{Health: "healthy",
-			Run: &wire.RunProgress{RunID: "r7", Phase: "output", PhaseMS: 1200}}})
+			Runs: []wire.RunProgress{{RunID: "r7", Phase: "output", PhaseMS: 1200}}}})
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := h.relay.Ping(ctx)
-	if err != nil || st.Run == nil || st.Run.Phase != "output" {
+	if err != nil || len(st.Runs) != 1 || st.Runs[0].Phase != "output" {
 		t.Fatalf("Ping = %+v, %v", st, err)
 	}
 	// Unanswered, a ping ends with its context.

@@ -474,6 +474,10 @@ func (s *supervisor) watch(ctx context.Context, r *Relay, m *vm.Machine) error {
 	t := time.NewTicker(pingEvery)
 	defer t.Stop()
 	mem := newBalloon(s.cfg.VM.MemoryMiB, time.Now())
+	r.SetBeforeRun(func() {
+		target, change := mem.run(time.Now())
+		s.setTarget(mem, m, target, change)
+	})
 	misses, since := 0, time.Time{}
 	for {
 		select {

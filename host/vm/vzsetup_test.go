@@ -7,9 +7,9 @@ import (
 
 func TestVZCmdline(t *testing.T) {
 	d1, d2 := strings.Repeat("a", 64), strings.Repeat("b", 64)
-	got := vzCmdline(Config{Images: []Image{{Name: "stdlib", Digest: d1}, {Name: "data", Digest: d2}},
+	got := vzCmdline(Config{Runs: 3, Images: []Image{{Name: "stdlib", Digest: d1}, {Name: "data", Digest: d2}},
 		Data: []DataShare{{Name: "sales"}, {Name: "logs"}}})
-	want := "console=hvc0 loglevel=4 panic=-1 pybox.accel=vz pybox.image=data:" + d2 + " pybox.image=stdlib:" + d1 + " pybox.data=sales pybox.data=logs"
+	want := "console=hvc0 loglevel=4 panic=-1 pybox.accel=vz pybox.runs=3 pybox.image=data:" + d2 + " pybox.image=stdlib:" + d1 + " pybox.data=sales pybox.data=logs"
 	if got != want {
 		t.Errorf("vzCmdline =\n%s\nwant\n%s", got, want)
 	}

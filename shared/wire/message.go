@@ -11,8 +11,10 @@ import (
 // ProtocolVersion is checked in the hello handshake; a peer that speaks
 // another version is refused. 3 framed every message as a header of kind
 // and ID and a JSON body; 4 gives a run frame a header of its own
-// (RunHeader), so that the supervisor routes runs without their body.
-const ProtocolVersion = 4
+// (RunHeader), so that the supervisor routes runs without their body;
+// 5 runs several boxes at once, admitted by memory, and a pong lists
+// every run in progress.
+const ProtocolVersion = 5
 
 // Message types. Every request the host sends carries an ID; the guest's
 // answer carries the same ID. A run is answered once, by its receipt (or by
@@ -47,7 +49,8 @@ const CapUnsealable = "unsealable"
 
 // Error codes a client can act on.
 const (
-	ErrBusy       = "busy"        // another run is in progress; nothing was queued
+	ErrBusy       = "busy"        // this client's run is in progress; nothing was queued
+	ErrNoMemory   = "no_memory"   // the runs in progress hold the memory another would need; nothing was queued
 	ErrBadRequest = "bad_request" // the request broke a rule; nothing ran
 	ErrNoImage    = "no_image"    // the VM has no such image
 	ErrNoData     = "no_data"     // the VM has no such data folder
@@ -87,8 +90,14 @@ type HostFacts struct {
 type AgentStatus struct {
 	// Health is "healthy", or why the agent refuses runs.
 	Health string `json:"health"`
-	// Run is the run in progress, if any.
-	Run *RunProgress `json:"run,omitempty"`
+	// Runs are the runs in progress, oldest first.
+	Runs []RunProgress `json:"runs,omitempty"`
+	// Room is how the guest's memory is shared between runs, and what
+	// is left for another.
+	Room *Room `json:"room,omitempty"`
+	// SetAside lists what failed cleanups left of earlier boxes: kept
+	// out of use (its memory still counted), retried at each run.
+	SetAside []string `json:"set_aside,omitempty"`
 	// Warm says how each image's warm box is.
 	Warm []WarmBox `json:"warm,omitempty"`
 	// Memory is the guest's memory as its kernel counts it.
@@ -134,6 +143,35 @@ type RunProgress struct {
 	RunMS   int64  `json:"run_ms"`   // time since the run's request
 	// BoundMS is the run's whole bound (RunBound).
 	BoundMS int64 `json:"bound_ms"`
+	// MemoryBytes is what its box holds now; LimitBytes what it may
+	// hold, which admission set aside for it.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	LimitBytes  int64 `json:"limit_bytes,omitempty"`
+	// Client is who asked for the run, as the run said (Run.Client).
+	Client string `json:"client,omitempty"`
+}
+
+// Room is the guest's memory as admission sees it, in bytes: a run is
+// admitted when its limit fits in Left. Total = Guest + Warm + Runs +
+// Headroom + Left (Left may be negative when the guest grew).
+type Room struct {
+	// Total is the guest's memory with nothing ballooned away.
+	Total int64 `json:"total"`
+	// Guest is what the kernel and the agent hold outside the boxes.
+	Guest int64 `json:"guest"`
+	// Warm is what the warm boxes hold.
+	Warm int64 `json:"warm"`
+	// Runs is the sum of the limits of the runs admitted.
+	Runs int64 `json:"runs"`
+	// Headroom is kept for what lives outside the boxes' cgroups: the
+	// agent's buffers for each run, 9p, the kernel's growth.
+	Headroom int64 `json:"headroom"`
+	Left     int64 `json:"left"`
+	// Need is what admitting one more run takes from Left: its bound
+	// and its share of the headroom.
+	Need int64 `json:"need"`
+	// RunsAtOnce is how many runs the VM was sized for (vm start --runs).
+	RunsAtOnce int `json:"runs_at_once,omitempty"`
 }
 
 // Hello opens every connection. The host sends its protocol version; the

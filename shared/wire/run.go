@@ -14,22 +14,25 @@ import (
 // Limits of a run request, as docs/limits.md documents them; both
 // sides check them.
 const (
-	MaxCodeBytes          = 65536
-	MaxTimeoutSeconds     = 30
-	MaxOutputBytes        = 8192 // per stream
-	DefaultOutputBytes    = 4096
-	MaxInputFiles         = 16
-	MaxInputBytes         = 256 << 10 // all input files together, decoded
-	MaxReturnedFileBytes  = 48 << 10  // content of returned files together
-	MaxListedNotReturned  = 16
-	MaxReturnedFiles      = 64 // files brought back from /tmp/output
-	MaxRunIDBytes         = 64
-	MaxImageNameBytes     = 64
-	MaxFileNameBytes      = 255
-	MaxDataFolders        = 8         // data folders one run may name
-	MaxOutputChunk        = 512 << 10 // bytes of a delivered file in one output message
-	MaxDeliveredFiles     = 1024      // files one run streams to the output folder (their digests fit a receipt)
-	DefaultMemoryBytes    = 512 << 20
+	MaxCodeBytes         = 65536
+	MaxTimeoutSeconds    = 30
+	MaxOutputBytes       = 8192 // per stream
+	DefaultOutputBytes   = 4096
+	MaxInputFiles        = 16
+	MaxInputBytes        = 256 << 10 // all input files together, decoded
+	MaxReturnedFileBytes = 48 << 10  // content of returned files together
+	MaxListedNotReturned = 16
+	MaxReturnedFiles     = 64 // files brought back from /tmp/output
+	MaxRunIDBytes        = 64
+	MaxImageNameBytes    = 64
+	MaxFileNameBytes     = 255
+	MaxDataFolders       = 8         // data folders one run may name
+	MaxOutputChunk       = 512 << 10 // bytes of a delivered file in one output message
+	MaxDeliveredFiles    = 1024      // files one run streams to the output folder (their digests fit a receipt)
+	DefaultMemoryBytes   = 512 << 20
+	// MaxRunsAtOnce is the most runs at once a VM may be sized for (the
+	// host's vm start --runs, the guest's pybox.runs).
+	MaxRunsAtOnce         = 16
 	DefaultPidsMax        = 128
 	DefaultTmpBytes       = 64 << 20
 	DefaultTmpInodes      = 16384
@@ -57,7 +60,14 @@ type Run struct {
 	// host as output messages before the receipt (for an output folder on
 	// the host), up to its byte bound.
 	Deliver *Deliver `json:"deliver,omitempty"`
+	// Client is who asked, in its own words ("pybox mcp (pid 4242,
+	// claude-code 2.1.332)"): shown beside the run while it is in
+	// progress (pybox vm status), nothing else.
+	Client string `json:"client,omitempty"`
 }
+
+// MaxClientBytes bounds Run.Client.
+const MaxClientBytes = 200
 
 // Deliver bounds what a run streams back of /tmp/output.
 type Deliver struct {
@@ -124,6 +134,9 @@ func (r *Run) Check() error {
 	}
 	if r.MaxDataBytes < 0 || r.Deliver != nil && r.Deliver.MaxBytes < 0 {
 		return errors.New("a byte bound is negative")
+	}
+	if len(r.Client) > MaxClientBytes || !utf8.ValidString(r.Client) || strings.IndexFunc(r.Client, unicode.IsControl) >= 0 {
+		return fmt.Errorf("client is longer than %d bytes, not UTF-8, or holds control characters", MaxClientBytes)
 	}
 	return CheckInputFiles(r.Files)
 }

@@ -12,7 +12,8 @@ import (
 func fullRun() *Run {
 	return &Run{RunID: "r-full", Code: "print(1)", Image: "data", TimeoutSeconds: 2.5, MaxOutputBytes: 100,
 		Files: []InputFile{{Name: "a.csv", Content: []byte("1,2\n")}}, ReturnFiles: true,
-		Data: []DataFolder{{Name: "sales"}, {Name: "logs"}}, MaxDataBytes: 1 << 40, Deliver: &Deliver{MaxBytes: 64 << 20}}
+		Data: []DataFolder{{Name: "sales"}, {Name: "logs"}}, MaxDataBytes: 1 << 40, Deliver: &Deliver{MaxBytes: 64 << 20},
+		Client: "pybox run (pid 7)"}
 }
 
 // A run travels whole, each field once: in its header or in its body.

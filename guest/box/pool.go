@@ -6,10 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"pybox/guest/imagefs"
 	"pybox/shared/launcher"
 	"pybox/shared/wire"
 )
@@ -28,11 +24,17 @@ import (
 // posture check), whose python3 has started and imported its image's
 // preload list and waits for exactly one program. Each is its own exec of
 // python3, never a fork of another: its hash secret, address layout and
-// random states are its own. The agent keeps one for each image; when a
-// run takes it, the next one starts warming at once, at a tenth of a
-// run's CPU weight. A run that comes while its box still warms takes it
-// as it is: the launcher looks for a program before each module of the
-// list, so the run waits at most for the import in progress.
+// random states are its own.
+//
+// The pool keeps, for each image, as many boxes as the VM takes runs at
+// once (Config.RunsAtOnce, and at least two, so that back-to-back calls
+// find one ready while the next warms). Boxes of an image warm one at a
+// time, at a tenth of a run's CPU weight, and only in memory that
+// admission leaves once the runs the VM was sized for have theirs
+// (admit.go): warm boxes never take a run's room. A run takes a ready
+// box if there is one; one that comes while its image's box still warms
+// takes it as it is: the launcher looks for a program before each module
+// of the list, so the run waits at most for the import in progress.
 //
 // The python3 of a warm box is the image's own, started as a cold box's
 // is (`python3 -I -B -c` with a stand-in for the code, the same
@@ -84,6 +86,7 @@ type warmBox struct {
 	taken      chan struct{} // closed when a run takes it
 	err        error         // why it failed; set before made or done closes
 	discarded  bool          // under Runner.mu: discard ran
+	claimed    bool          // under Runner.mu: a run is waiting to take it
 }
 
 // exists says whether the box was made (its cgroup may be read), without
@@ -101,52 +104,123 @@ func (wb *warmBox) exists() bool {
 type pool struct {
 	enabled  bool
 	closed   bool
-	boxes    map[string]*warmBox // the one box of each image
-	failures map[string]int      // failures in a row, by image
-	why      map[string]string   // why an image runs cold
+	target   int                   // boxes kept for each image
+	boxes    map[string][]*warmBox // each image's boxes, warming or waiting, oldest first
+	failures map[string]int        // failures in a row, by image
+	why      map[string]string     // why an image runs cold
+	size     map[string]int64      // what the image's last ready box held
 	seq      int
 }
 
-func (p *pool) init(enabled bool) {
-	p.enabled = enabled
-	p.boxes, p.failures, p.why = map[string]*warmBox{}, map[string]int{}, map[string]string{}
+// warmGuess is what a warm box is taken to hold before one of its image
+// was ready: about what the data image's holds.
+const warmGuess = 64 << 20
+
+func (p *pool) init(enabled bool, target int) {
+	p.enabled, p.target = enabled, target
+	p.boxes, p.failures, p.why, p.size = map[string][]*warmBox{}, map[string]int{}, map[string]string{}, map[string]int64{}
 }
 
-// StartWarming makes a warm box for each image, in the background.
-func (b *Runner) StartWarming() {
+// holds says whether wb is in the pool still (not taken, not discarded).
+func (p *pool) holds(wb *warmBox) bool {
+	return slices.Contains(p.boxes[wb.image], wb)
+}
+
+// remove takes wb out of the pool.
+func (p *pool) remove(wb *warmBox) {
+	p.boxes[wb.image] = slices.DeleteFunc(p.boxes[wb.image], func(x *warmBox) bool { return x == wb })
+	if len(p.boxes[wb.image]) == 0 {
+		delete(p.boxes, wb.image)
+	}
+}
+
+// pick is the box of image a run should take, and claims it: the ready
+// one that has waited longest, else the one warming; nil when none is
+// free.
+func (p *pool) pick(image string) *warmBox {
+	var warming *warmBox
+	for _, wb := range p.boxes[image] {
+		switch {
+		case wb.claimed || wb.discarded:
+		case !wb.readyAt.IsZero():
+			wb.claimed = true
+			return wb
+		case warming == nil:
+			warming = wb
+		}
+	}
+	if warming != nil {
+		warming.claimed = true
+	}
+	return warming
+}
+
+// warmHeldLocked is what the pool's boxes hold now (the caller holds
+// Runner.mu).
+func (b *Runner) warmHeldLocked() int64 {
+	var n int64
+	for _, boxes := range b.warm.boxes {
+		for _, wb := range boxes {
+			if wb.exists() {
+				held, _ := wb.cg.unreclaimable()
+				n += held
+			}
+		}
+	}
+	return n
+}
+
+// replenishAll starts warming what each image lacks.
+func (b *Runner) replenishAll() {
 	for name := range b.cfg.Images {
 		b.replenish(name)
 	}
 }
 
-// replenish starts a warm box for image unless one is there, warming is
-// off, or the image has failed too often.
+// StartWarming makes warm boxes for each image, in the background.
+func (b *Runner) StartWarming() {
+	b.replenishAll()
+}
+
+// replenish starts a warm box for image unless it has as many as it
+// keeps, one of them still warms, warming is off, the image has failed
+// too often, or the box would take room a run may need.
 func (b *Runner) replenish(image string) {
+	mem, _ := b.memory()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := &b.warm
-	if !p.enabled || p.closed || p.boxes[image] != nil || p.failures[image] >= warmFailures || b.paths.cgroups == "" {
+	if !p.enabled || p.closed || len(p.boxes[image]) >= p.target || p.failures[image] >= warmFailures || b.paths.cgroups == "" {
 		return
+	}
+	for _, wb := range p.boxes[image] {
+		if wb.readyAt.IsZero() {
+			return // it starts the next once it is ready
+		}
+	}
+	if room := b.roomLocked(mem); room != nil {
+		guess := p.size[image]
+		if guess == 0 {
+			guess = warmGuess
+		}
+		owed := runNeeds * int64(max(0, b.cfg.RunsAtOnce-len(b.admitted)))
+		if room.Left-guess < owed {
+			return // the next run's end tries again
+		}
 	}
 	if fi, err := os.Lstat(b.paths.images + "/" + image + launcher.Path); err != nil || !fi.Mode().IsRegular() {
 		p.failures[image] = warmFailures
 		p.why[image] = "this image has no warm launcher (" + launcher.Path + "): it was built by an older pybox, or for a Python the launcher does not know; rebuild it (pybox image build NAME) to give it warm boxes"
 		return
 	}
-	slot := -1
-	for i, used := range b.slots {
-		if !used {
-			b.slots[i], slot = true, i
-			break
-		}
-	}
+	slot := b.takeSlotLocked()
 	if slot < 0 {
 		return // every slot in use: the next run replenishes
 	}
 	p.seq++
 	wb := &warmBox{id: fmt.Sprintf("warm-%s-%d", image, p.seq), image: image, slot: slot,
 		made: make(chan struct{}), preloading: make(chan struct{}), done: make(chan struct{}), taken: make(chan struct{})}
-	p.boxes[image] = wb
+	p.boxes[image] = append(p.boxes[image], wb)
 	go b.warmUp(wb)
 }
 
@@ -179,13 +253,16 @@ func (b *Runner) warmUp(wb *warmBox) {
 			os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(waitingOOMScore), 0)
 		}
 	}
+	held, _ := wb.cg.unreclaimable()
 	b.mu.Lock()
 	delete(b.warm.failures, wb.image)
 	delete(b.warm.why, wb.image)
+	b.warm.size[wb.image] = held
 	b.mu.Unlock()
 	b.logf("box: warm box %s ready in %d ms, preloaded: %s", wb.id, wb.readyAt.Sub(wb.spawned).Milliseconds(), strings.Join(wb.preloaded, " "))
 	close(wb.done)
 	go b.watchWarm(wb)
+	b.replenish(wb.image) // the image's next box, if it keeps more
 }
 
 // makeWarm makes the box: cgroup (at the warm CPU weight), /tmp with no
@@ -277,28 +354,6 @@ func (b *Runner) awaitReady(wb *warmBox) error {
 	}
 }
 
-// readLine reads one message of the launcher, by deadline.
-func (wb *warmBox) readLine(deadline time.Time) (string, error) {
-	wb.ctl.SetReadDeadline(deadline)
-	defer wb.ctl.SetReadDeadline(time.Time{})
-	buf := make([]byte, 64<<10+64)
-	n, err := wb.ctl.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(buf[:n])), nil
-}
-
-// write sends one message to the launcher, by deadline.
-func (wb *warmBox) write(msg string, deadline time.Time) error {
-	wb.ctl.SetWriteDeadline(deadline)
-	defer wb.ctl.SetWriteDeadline(time.Time{})
-	if _, err := wb.ctl.Write([]byte(msg)); err != nil {
-		return fmt.Errorf("telling the launcher %q: %w", msg, err)
-	}
-	return nil
-}
-
 // watchWarm discards a waiting box that dies (killed, or out of memory)
 // before a run takes it; the image runs cold until the next is ready.
 func (b *Runner) watchWarm(wb *warmBox) {
@@ -306,9 +361,9 @@ func (b *Runner) watchWarm(wb *warmBox) {
 	case <-wb.taken:
 	case ws := <-wb.proc.exited:
 		b.mu.Lock()
-		mine := b.warm.boxes[wb.image] == wb
+		mine := b.warm.holds(wb) && !wb.claimed
 		if mine {
-			delete(b.warm.boxes, wb.image)
+			b.warm.remove(wb)
 		}
 		b.mu.Unlock()
 		if !mine {
@@ -331,110 +386,39 @@ func (b *Runner) watchWarm(wb *warmBox) {
 // then makes a cold box, and why says why (empty for coldReason's).
 func (b *Runner) takeWarm(ctx context.Context, image, code string, by time.Time) (wb *warmBox, why string) {
 	b.mu.Lock()
-	wb = b.warm.boxes[image]
+	wb = b.warm.pick(image)
 	b.mu.Unlock()
 	if wb == nil {
 		return nil, ""
+	}
+	unclaim := func() {
+		b.mu.Lock()
+		wb.claimed = false
+		b.mu.Unlock()
 	}
 	t := time.NewTimer(time.Until(by))
 	defer t.Stop()
 	select {
 	case <-wb.made:
 	case <-ctx.Done():
+		unclaim()
 		return nil, ""
 	case <-t.C:
+		unclaim()
 		return nil, ""
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.warm.boxes[image] != wb || wb.discarded {
+	if !b.warm.holds(wb) || wb.discarded {
 		return nil, ""
 	}
 	if m := wb.importing; wb.readyAt.IsZero() && m != "" && !needsModule(programImports(code), wb.wanted, m) {
+		wb.claimed = false
 		return nil, fmt.Sprintf("the warm box was still importing %s, which the program does not import: a cold box starts sooner", m)
 	}
-	delete(b.warm.boxes, image)
+	b.warm.remove(wb)
 	close(wb.taken)
 	return wb, ""
-}
-
-// importLine finds the modules a line of Python imports: "import a.b as
-// c, d" or "from a.b import c, d".
-var importLine = regexp.MustCompile(`(?m)^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^#\n]*)|import[ \t]+([^#\n]*))`)
-
-// programImports is what the program's import statements name, at any
-// depth: modules, and for "from M import x" both M and M.x. Imports made
-// some other way (importlib, __import__) are not seen: such a program may
-// run in a cold box where a warm one would have done, and in a warm box a
-// preloaded module it reaches that way has lost what it set at import
-// (warnings filters; the one documented difference, docs/how-it-works.md).
-func programImports(code string) []string {
-	var names []string
-	for _, m := range importLine.FindAllStringSubmatch(code, -1) {
-		if m[1] != "" {
-			names = append(names, m[1])
-			for _, n := range strings.Split(m[2], ",") {
-				if f := strings.Fields(strings.Trim(n, " \t()\\")); len(f) > 0 {
-					names = append(names, m[1]+"."+f[0])
-				}
-			}
-			continue
-		}
-		for _, n := range strings.Split(m[3], ",") {
-			if f := strings.Fields(n); len(f) > 0 {
-				names = append(names, f[0])
-			}
-		}
-	}
-	return names
-}
-
-// needsModule says whether a program that imports imports needs module
-// current of the preload list wanted to be imported: it imports it, one
-// of its submodules, or a module listed after it (the list is in the
-// order of their dependencies: numpy before pandas).
-func needsModule(imports, wanted []string, current string) bool {
-	at := slices.Index(wanted, current)
-	if at < 0 {
-		return false
-	}
-	for _, n := range imports {
-		for _, p := range wanted[at:] {
-			if n == p || strings.HasPrefix(n, p+".") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// maxPreloadBytes bounds an image's preload list: a few dozen module
-// names.
-const maxPreloadBytes = 64 << 10
-
-// readPreloadList reads the preload list of the image mounted at image;
-// an image without one has none. A list that is not a plain file of the
-// image (imagefs) fails the warm box, and says why.
-func readPreloadList(image string) ([]string, error) {
-	img, err := imagefs.Open(image)
-	if err != nil {
-		return nil, err
-	}
-	defer img.Close()
-	b, err := img.ReadFile(wire.ImagePreloadFile, maxPreloadBytes)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the preload list: %w", err)
-	}
-	var list []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			list = append(list, l)
-		}
-	}
-	return list, nil
 }
 
 // coldReason says why a run of image got a cold box, for its receipt.
@@ -447,8 +431,8 @@ func (b *Runner) coldReason(image string) string {
 		return "warm boxes are off (pybox vm start --warm 0)"
 	case p.why[image] != "":
 		return p.why[image]
-	case p.boxes[image] != nil:
-		return "the warm box was not made within the setup's allowance"
+	case len(p.boxes[image]) > 0:
+		return "no warm box of the image was free: each was taken by another run, or still warming"
 	}
 	return "no warm box was ready"
 }
@@ -462,8 +446,8 @@ func (b *Runner) discard(wb *warmBox, why string, failed bool) {
 		return
 	}
 	wb.discarded = true
-	if b.warm.boxes[wb.image] == wb {
-		delete(b.warm.boxes, wb.image)
+	if b.warm.holds(wb) {
+		b.warm.remove(wb)
 	}
 	if failed && !b.warm.closed {
 		b.warm.failures[wb.image]++
@@ -493,222 +477,35 @@ func (b *Runner) discard(wb *warmBox, why string, failed bool) {
 	}
 }
 
-// handOver gives wb the run's program: its input files, fresh stdout and
-// stderr pipes, the code. A box still warming gets the program as soon as
-// its interpreter is up, a run's CPU weight, and until by to stop its
-// preload at the next module. Then it checks what the launcher holds,
-// binds the run's data folders, sets the box's memory limit to what a
-// cold box's program could allocate, and tells the launcher to go. Each
-// exchange has handOverLimit from its own start. Until "go", nothing of
-// the program has run: an error leaves the run free to make a cold box.
-func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err error) {
-	rn.mu.Lock()
-	rn.warm, rn.boxID, rn.slot = wb, wb.id, wb.slot
-	rn.mu.Unlock()
-	rn.cg, rn.st, rn.proc = wb.cg, wb.st, wb.proc
-	rn.at.cgroup = time.Now()
-	if err := rn.st.addInput(rn.req.Files); err != nil {
-		return err
-	}
-	rn.at.staged = time.Now()
-	if err := rn.cg.set("cpu.weight", strconv.Itoa(cpuWeightRun)); err != nil {
-		return fmt.Errorf("cpu.weight: %w", err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer outW.Close()
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		return err
-	}
-	defer errW.Close()
-	out, errOut := startCapture(outR, rn.req.MaxOutputBytes), startCapture(errR, rn.req.MaxOutputBytes)
-	defer func() {
-		if err != nil { // the program's pipes were never the box's
-			out.finish(0)
-			errOut.finish(0)
-		}
-	}()
-	if err := wb.await(ctx, wb.preloading, by, "did not start its interpreter"); err != nil {
-		return err
-	}
-	select {
-	case <-wb.done:
-		if wb.err != nil {
-			return wb.err
-		}
-	default:
-	}
-	if err := wb.sendProgram(rn.req.Code, outW, errW); err != nil {
-		return err
-	}
-	if err := wb.await(ctx, wb.done, by, "did not stop its preload"); err != nil {
-		return err
-	}
-	if wb.err != nil {
-		return wb.err
-	}
-	// The preload's output is done with: a program's starts empty, and
-	// the run's cleanup finishes its pipes.
-	for name, c := range map[string]*capture{"stdout": rn.proc.stdout, "stderr": rn.proc.stderr} {
-		c.finish(0)
-		if st, _ := c.stream(); st.Bytes > 0 {
-			rn.b.logf("box: warm box %s: the preload printed %d bytes on %s (not the program's)", wb.id, st.Bytes, name)
-		}
-	}
-	rn.proc.stdout, rn.proc.stderr = out, errOut
-	line, err := wb.readLine(time.Now().Add(handOverLimit))
-	if err != nil {
-		return fmt.Errorf("the launcher did not report its descriptors: %v", err)
-	}
-	if word, rest, _ := strings.Cut(line, " "); word == launcher.Fail {
-		return fmt.Errorf("the launcher could not take the program: %s", rest)
-	}
-	if line != launcher.Fds+" 0,1,2" {
-		return fmt.Errorf("the launcher holds more than fds 0-2 (%q)", line)
-	}
-	if ctx.Err() != nil {
-		return errors.New("the run was cancelled")
-	}
-	// The run's data folders, bound and checked as box-init does for a
-	// cold box.
-	if len(rn.req.Data) > 0 {
-		data := rn.b.dataMounts(rn.req.Data)
-		if err := bindData(wb.proc.pid, slotIDs(wb.slot), data); err != nil {
-			return fmt.Errorf("binding the data folders: %w", err)
-		}
-		if problems := checkData(wb.proc.pid, data); len(problems) > 0 {
-			return fmt.Errorf("the data folders' posture: %s", strings.Join(problems, "; "))
-		}
-	}
-	// The box becomes the run's: its memory limit is a cold box's plus
-	// what the preload holds that the program cannot free (the page
-	// cache it read is reclaimable, and not counted), no OOM preference.
-	held, err := rn.cg.unreclaimable()
-	if err != nil {
-		return err
-	}
-	preload := max(0, held-wb.fresh)
-	if err := rn.cg.set("memory.max", strconv.FormatInt(memoryMax+preload, 10)); err != nil {
-		return fmt.Errorf("memory.max: %w", err)
-	}
-	for _, pid := range rn.cg.procs() {
-		os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
-	}
-	rn.cpu0, _ = rn.cg.stats()
-	rn.rec.Memory.PreloadBytes, rn.rec.Memory.LimitBytes = preload, memoryMax+preload
-	keep := keeps(programImports(rn.req.Code), wb.preloaded)
-	if err := wb.write(launcher.Go+" "+strconv.Itoa(keep), time.Now().Add(handOverLimit)); err != nil {
-		return err
-	}
-	rn.go_ = time.Now()
-	rn.at.spawned = rn.go_
-	wb.ctl.Close()
-	rn.rec.Box = &wire.BoxInfo{Warm: true, Preloaded: slices.Clone(wb.preloaded),
-		PrepareMS: wb.readyAt.Sub(wb.spawned).Milliseconds(), ReadyMS: rn.go_.Sub(wb.readyAt).Milliseconds(),
-		PrepareCPUMS: (rn.cpu0.userUsec + rn.cpu0.systemUsec) / 1000}
-	// The next run's box starts warming now, at the warm CPU weight.
-	rn.b.replenish(wb.image)
-	return nil
-}
-
-// await waits for ch (or the box's end), the run's cancel, or by.
-func (wb *warmBox) await(ctx context.Context, ch <-chan struct{}, by time.Time, what string) error {
-	t := time.NewTimer(time.Until(by))
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-wb.done:
-	case <-ctx.Done():
-		return errors.New("the run was cancelled")
-	case <-t.C:
-		return fmt.Errorf("the warm box %s within the setup's allowance", what)
-	}
-	return nil
-}
-
-// sendProgram sends the code, with the program's stdout and stderr.
-func (wb *warmBox) sendProgram(code string, stdout, stderr *os.File) error {
-	rights := unix.UnixRights(int(stdout.Fd()), int(stderr.Fd()))
-	conn, err := wb.ctl.SyscallConn()
-	if err != nil {
-		return err
-	}
-	wb.ctl.SetWriteDeadline(time.Now().Add(handOverLimit))
-	defer wb.ctl.SetWriteDeadline(time.Time{})
-	var serr error
-	if err := conn.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), []byte(launcher.Run+code), rights, nil, 0)
-		return !errors.Is(serr, unix.EAGAIN)
-	}); err != nil || serr != nil {
-		return fmt.Errorf("sending the program: %v", errors.Join(err, serr))
-	}
-	return nil
-}
-
-// keeps says how many modules of the preload, in order, the program
-// imports itself, by its import statements, directly or through a module
-// listed after them (the list is in the order of their dependencies: a
-// program that imports pandas needs numpy before it). What those modules
-// set at import (warnings filters) stays for the program, as their import
-// would have set it in a cold box; the rest goes back to how a fresh
-// interpreter has it.
-func keeps(imports, preloaded []string) int {
-	n := 0
-	for i, m := range preloaded {
-		for _, name := range imports {
-			if name == m || strings.HasPrefix(name, m+".") {
-				n = i + 1
-			}
-		}
-	}
-	return n
-}
-
-// addInput writes a run's input files into a box's existing input/.
-func (s *staging) addInput(files []wire.InputFile) error {
-	dir := filepath.Join(s.tmp, "input")
-	if len(files) == 0 {
-		return nil
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := writeOwned(filepath.Join(dir, f.Name), f.Content, 0o444, s.ids.root); err != nil {
-			return fmt.Errorf("input file %q: %w", f.Name, err)
-		}
-	}
-	return os.Chmod(dir, 0o555)
-}
-
-// Warm says, for each image, how its warm box is.
+// Warm says how each warm box is, by image; an image with none says
+// why it runs cold.
 func (b *Runner) Warm() []wire.WarmBox {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []wire.WarmBox
 	for name := range b.cfg.Images {
-		w := wire.WarmBox{Image: name}
-		wb := b.warm.boxes[name]
-		switch {
-		case !b.warm.enabled:
-			w.State = "off"
-		case wb == nil:
-			w.State, w.Reason = "cold", b.warm.why[name]
-		case wb.readyAt.IsZero():
-			w.State, w.ForMS, w.Importing = "warming", time.Since(wb.spawned).Milliseconds(), wb.importing
-		default:
-			w.State, w.ForMS, w.Preloaded = "ready", time.Since(wb.readyAt).Milliseconds(), slices.Clone(wb.preloaded)
+		if !b.warm.enabled {
+			out = append(out, wire.WarmBox{Image: name, State: "off"})
+			continue
 		}
-		if wb != nil && wb.exists() {
-			w.MemoryBytes, _ = wb.cg.read("memory.current")
+		boxes := b.warm.boxes[name]
+		if len(boxes) == 0 {
+			out = append(out, wire.WarmBox{Image: name, State: "cold", Reason: b.warm.why[name]})
 		}
-		out = append(out, w)
+		for _, wb := range boxes {
+			w := wire.WarmBox{Image: name}
+			if wb.readyAt.IsZero() {
+				w.State, w.ForMS, w.Importing = "warming", time.Since(wb.spawned).Milliseconds(), wb.importing
+			} else {
+				w.State, w.ForMS, w.Preloaded = "ready", time.Since(wb.readyAt).Milliseconds(), slices.Clone(wb.preloaded)
+			}
+			if wb.exists() {
+				w.MemoryBytes, _ = wb.cg.read("memory.current")
+			}
+			out = append(out, w)
+		}
 	}
-	slices.SortFunc(out, func(x, y wire.WarmBox) int { return strings.Compare(x.Image, y.Image) })
+	slices.SortStableFunc(out, func(x, y wire.WarmBox) int { return strings.Compare(x.Image, y.Image) })
 	return out
 }
 
@@ -717,8 +514,8 @@ func (b *Runner) Close() {
 	b.mu.Lock()
 	b.warm.closed = true
 	var boxes []*warmBox
-	for _, wb := range b.warm.boxes {
-		boxes = append(boxes, wb)
+	for _, of := range b.warm.boxes {
+		boxes = append(boxes, of...)
 	}
 	b.mu.Unlock()
 	// A box still in its preload is not waited for: once it exists, it
@@ -734,16 +531,16 @@ func (b *Runner) Close() {
 // the next one starts warming at once.
 func (b *Runner) DiscardWarm(image string) error {
 	b.mu.Lock()
-	wb := b.warm.boxes[image]
+	wb := b.warm.pick(image)
 	b.mu.Unlock()
 	if wb == nil {
 		return fmt.Errorf("image %q has no warm box", image)
 	}
 	<-wb.made
 	b.mu.Lock()
-	mine := b.warm.boxes[image] == wb && !wb.discarded
+	mine := b.warm.holds(wb) && !wb.discarded
 	if mine {
-		delete(b.warm.boxes, image)
+		b.warm.remove(wb)
 		close(wb.taken)
 	}
 	b.mu.Unlock()
@@ -772,14 +569,17 @@ func describeStatus(ws unix.WaitStatus) string {
 // next.
 func (b *Runner) KillWarm(image string) error {
 	b.mu.Lock()
-	wb := b.warm.boxes[image]
+	var wb *warmBox
+	if boxes := b.warm.boxes[image]; len(boxes) > 0 {
+		wb = boxes[0]
+	}
 	b.mu.Unlock()
 	if wb == nil {
 		return fmt.Errorf("image %q has no warm box", image)
 	}
 	<-wb.done
 	b.mu.Lock()
-	mine := b.warm.boxes[image] == wb && wb.err == nil
+	mine := b.warm.holds(wb) && wb.err == nil
 	b.mu.Unlock()
 	if !mine {
 		return fmt.Errorf("image %q's warm box is gone already", image)
