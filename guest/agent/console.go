@@ -163,8 +163,9 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	fmt.Fprintf(tw, "images\t%s\n", a.imageList())
 	progress := a.cfg.Runner.Runs()
 	for _, p := range progress {
-		fmt.Fprintf(tw, "running\t%s (image %s): %s for %d ms (%d ms of the run's bound of %d ms), %d MiB of %d\n",
-			p.RunID, p.Image, p.Phase, p.PhaseMS, p.RunMS, p.BoundMS, p.MemoryBytes>>20, p.LimitBytes>>20)
+		fmt.Fprintf(tw, "running\t%s (image %s) for %s\n", p.RunID, p.Image, (time.Duration(p.RunMS) * time.Millisecond).String())
+		fmt.Fprintf(tw, "phase %s\t%s for %d ms (%d ms of the run's bound of %d ms), %d MiB of its %d MiB\n",
+			p.RunID, p.Phase, p.PhaseMS, p.RunMS, p.BoundMS, p.MemoryBytes>>20, p.LimitBytes>>20)
 	}
 	if len(progress) == 0 {
 		fmt.Fprintf(tw, "running\tnothing\n")
