@@ -47,12 +47,12 @@ type benchKnobs struct {
 	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program in each series, warm and cold
 	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
 	// boots, vm, warm, data, memory, hardening, arm64, relay, outdir,
-	// jail); empty runs them all.
+	// jail, agents); empty runs them all.
 	Only string `json:"only,omitempty"`
 }
 
 // benchParts are the bench's parts, in the order they run.
-var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening", "arm64", "relay", "outdir", "jail"}
+var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening", "arm64", "relay", "outdir", "jail", "agents"}
 
 // runs says whether the part is in this run.
 func (k benchKnobs) runs(part string) bool {
@@ -200,7 +200,7 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 	parts := map[string]func(*testing.B, *benchReport, benchKnobs){
-		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay, "outdir": benchOutdir, "jail": benchJail,
+		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay, "outdir": benchOutdir, "jail": benchJail, "agents": benchAgents,
 	}
 	for _, p := range benchParts {
 		if k.runs(p) {

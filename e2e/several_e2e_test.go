@@ -99,7 +99,7 @@ func startRun(t *testing.T, e *vmEnv, code string, flags ...string) func() *boxR
 }
 
 // guestStatus is the guest's status as `pybox vm status --json` gives it.
-func guestStatus(t *testing.T, e *vmEnv) *wire.AgentStatus {
+func guestStatus(t testing.TB, e *vmEnv) *wire.AgentStatus {
 	t.Helper()
 	out, _, _ := e.pybox("vm", "status", "--json")
 	var s supervisor.Status

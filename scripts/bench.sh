@@ -17,7 +17,8 @@
 # once by scripts/bench-before.sh; outdir: the output folder's admission
 # with 100,000 files of earlier runs, the old walk beside the ledger, in
 # process, no VM; jail: boot and a warm call with QEMU jailed beside
-# unjailed), BENCH_DROP_CACHES=0 (keep the host page cache before the
+# unjailed; agents: 1, 2 and 4 agents calling at once, and one agent's
+# print(1) beside a run spinning on every CPU), BENCH_DROP_CACHES=0 (keep the host page cache before the
 # cold boots; by default they drop it, which needs root).
 # BENCH_INITRAMFS is the benchmark build of the agent (make bench-guest),
 # whose console can switch off the posture check and the seccomp filter;

@@ -68,3 +68,25 @@ func TestBalloonTargetKeepsFloorAndCeiling(t *testing.T) {
 		}
 	}
 }
+
+// A run about to be sent gets all the memory back first, before any ping
+// has seen it: a second run arriving at an idle guest finds the memory
+// its admission counts on. The next pings keep it whole until idle again.
+func TestBalloonGivesAllBackBeforeARun(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
+	b := newBalloon(2048, t0)
+	idle := &wire.AgentStatus{Memory: &wire.GuestMemory{Total: 2048 << 20, Used: 120 << 20}}
+	if target, change := b.next(idle, t0.Add(vm.BalloonIdle)); !change || target == 2048<<20 {
+		t.Fatalf("idle: %d MiB, %v", target>>20, change)
+	}
+	at := t0.Add(vm.BalloonIdle + time.Second)
+	if target, change := b.run(at); !change || target != 2048<<20 {
+		t.Errorf("before a run: %d MiB, change %v; want all 2048 MiB", target>>20, change)
+	}
+	if _, change := b.run(at); change {
+		t.Errorf("a second run changed the target again")
+	}
+	if target, change := b.next(idle, at.Add(5*time.Second)); change || target != 2048<<20 {
+		t.Errorf("a ping 5 s after the run: %d MiB, %v; want all of it, unchanged", target>>20, change)
+	}
+}

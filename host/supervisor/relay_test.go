@@ -787,3 +787,54 @@ func TestFullHost(t *testing.T) {
 		t.Error("the supervisor's log does not say why it dropped the silent clients")
 	}
 }
+
+// Runs of two clients, each naming a data folder, go to the guest at once:
+// the relay prepares them side by side (the second while the first is in
+// flight), calls beforeRun for each, and routes each receipt to its own
+// client.
+func TestRunsOfTwoClientsAtOnce(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	prepared, before := 0, 0
+	h.relay.SetPrepare(func(run *wire.RunHeader) ([]wire.DataFolder, *wire.Error) {
+		mu.Lock()
+		prepared++
+		mu.Unlock()
+		return []wire.DataFolder{{Name: run.Data[0], HostPath: "/host/" + run.RunID}}, nil
+	})
+	h.relay.SetBeforeRun(func() {
+		mu.Lock()
+		before++
+		mu.Unlock()
+	})
+	a, b := h.connect(), h.connect()
+	h.hello(a)
+	h.hello(b)
+	runA, runB := testRun("a"), testRun("b")
+	runA.Data, runB.Data = []wire.DataFolder{{Name: "d"}}, []wire.DataFolder{{Name: "d"}}
+	send(t, a, &wire.Message{Type: wire.TypeRun, ID: 1, Run: runA})
+	ga := recv(t, h.guest)
+	send(t, b, &wire.Message{Type: wire.TypeRun, ID: 1, Run: runB})
+	gb := recv(t, h.guest)
+	if ga.Run.RunID != "a" || gb.Run.RunID != "b" {
+		t.Fatalf("the guest got %+v and %+v", ga.Run, gb.Run)
+	}
+	// b ends first; each receipt reaches its own client.
+	for _, g := range []*wire.Message{gb, ga} {
+		m := receipt(g.Run.RunID, wire.StatusOK)
+		m.ID = g.ID
+		send(t, h.guest, m)
+	}
+	for name, c := range map[string]net.Conn{"a": a, "b": b} {
+		facts := recv(t, c)
+		m := recv(t, c)
+		if facts.Type != wire.TypeFacts || facts.Facts.Data[0].HostPath != "/host/"+name || m.Type != wire.TypeReceipt || m.Result.Receipt.RunID != name {
+			t.Errorf("client %s got %+v then %+v", name, facts, m)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if prepared != 2 || before != 2 {
+		t.Errorf("prepared %d runs, beforeRun called %d times; want 2 and 2", prepared, before)
+	}
+}
