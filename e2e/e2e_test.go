@@ -213,7 +213,7 @@ func (e *vmEnv) pybox(args ...string) (string, string, int) {
 // mustStart starts the VM and fails the test unless it comes up.
 func (e *vmEnv) mustStart(args ...string) string {
 	e.t.Helper()
-	out, errOut, code := e.pybox(append([]string{"vm", "start", "--cpus", "1", "--memory", "512"}, args...)...)
+	out, errOut, code := e.pybox(append([]string{"vm", "start", "--cpus", "1", "--memory", "768"}, args...)...)
 	if code != 0 || !strings.Contains(out, "VM running") {
 		e.t.Fatalf("vm start: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -473,7 +473,7 @@ func TestVMStartFailureLeavesNothing(t *testing.T) {
 	e := newVMEnv(t)
 	bad := filepath.Join(e.home, "bad.cpio")
 	os.WriteFile(bad, []byte("not an initramfs"), 0o600)
-	out, errOut, code := e.pybox("vm", "start", "--accel", "tcg", "--cpus", "1", "--memory", "256", "--initramfs", bad)
+	out, errOut, code := e.pybox("vm", "start", "--accel", "tcg", "--cpus", "1", "--memory", "768", "--initramfs", bad)
 	if code == 0 {
 		t.Fatalf("start with a broken initramfs succeeded: %s", out)
 	}

@@ -644,7 +644,7 @@ func TestHostWallFolderRefusedAtStart(t *testing.T) {
 			if err := c.plant(t, dir); err != nil {
 				t.Fatal(err)
 			}
-			out, errOut, code := e.pybox("vm", "start", "--accel", "tcg", "--cpus", "1", "--memory", "512", "--data", "d="+dir)
+			out, errOut, code := e.pybox("vm", "start", "--accel", "tcg", "--cpus", "1", "--memory", "768", "--data", "d="+dir)
 			// Catches: a folder given to QEMU although a hard link in it
 			// leads outside (its other name), or a special file in it
 			// would open something on the host.
@@ -871,7 +871,7 @@ func TestHostWallNoJailPossible(t *testing.T) {
 		}
 		return out.String(), errb.String(), cmd.ProcessState.ExitCode()
 	}
-	start := []string{"vm", "start", "--accel", "tcg", "--cpus", "1", "--memory", "512", "--images", "stdlib"}
+	start := []string{"vm", "start", "--accel", "tcg", "--cpus", "1", "--memory", "768", "--images", "stdlib"}
 
 	out, errOut, code := noUserns(append(start, "--data", "d="+dir)...)
 	// Catches: a data folder given to an unjailed QEMU without the user

@@ -155,8 +155,8 @@ func TestInstallAsUser(t *testing.T) {
 	unitDir := filepath.Join(userHome, ".config/systemd/user")
 	os.MkdirAll(unitDir, 0o755)
 	chownTree(filepath.Join(userHome, ".config"))
-	unit, errOut, code := u.pybox("vm", "service", "systemd", "--images", "stdlib", "--cpus", "1", "--memory", "512")
-	if code != 0 || !strings.Contains(unit, "ExecStart="+installed+" vm start --foreground --cpus 1 --images stdlib --memory 512") {
+	unit, errOut, code := u.pybox("vm", "service", "systemd", "--images", "stdlib", "--cpus", "1", "--memory", "768")
+	if code != 0 || !strings.Contains(unit, "ExecStart="+installed+" vm start --foreground --cpus 1 --images stdlib --memory 768") {
 		t.Fatalf("vm service: exit %d\n%s%s", code, unit, errOut)
 	}
 	if err := os.WriteFile(filepath.Join(unitDir, "pybox.service"), []byte(unit), 0o644); err != nil {

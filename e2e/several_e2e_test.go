@@ -167,10 +167,10 @@ print("held")`, mib, secs)
 func TestSeveralAgents(t *testing.T) {
 	e := newVMEnv(t)
 	linkImages(t, e, "stdlib")
-	// Sized for four runs, with memory enough for four and not five
-	// (vm start sizes for the data image's warm boxes too; this VM has
-	// stdlib's only, which hold less).
-	e.mustStart("--accel", "tcg", "--images", "stdlib", "--runs", "4", "--cpus", "2", "--memory", "2560")
+	// Sized for five runs (four servers and a pybox run), with memory
+	// enough for five and not six (vm start sizes for the data image's
+	// warm boxes too; this VM has stdlib's only, which hold less).
+	e.mustStart("--accel", "tcg", "--images", "stdlib", "--runs", "5", "--cpus", "2", "--memory", "3072")
 	top := t
 	servers := make([]*mcpServer, 4)
 	for i := range servers {
@@ -180,10 +180,10 @@ func TestSeveralAgents(t *testing.T) {
 	base := agentAtRest(t, e.home, nil)
 
 	t.Run("each run sees only its own", func(t *testing.T) {
-		// Three servers and a pybox run at once, each program printing
-		// a token of its own and writing a file of its own.
+		// Four servers and a pybox run at once, each program printing a
+		// token of its own and writing a file of its own.
 		var calls []<-chan callOut
-		for i, s := range servers[:3] {
+		for i, s := range servers {
 			calls = append(calls, s.start(ctx, map[string]any{"code": tokenCode(fmt.Sprint("mcp", i)), "timeout_s": 20, "return_files": true}))
 		}
 		finish := startRun(t, e, tokenCode("cli"), "--timeout", "20")
@@ -198,7 +198,7 @@ func TestSeveralAgents(t *testing.T) {
 			if files := returnedFiles(t, r); len(files) != 1 || string(files[token+".txt"]) != token {
 				t.Errorf("server %d returned %q", i, files)
 			}
-			for _, other := range []string{"mcp0", "mcp1", "mcp2", "cli"} {
+			for _, other := range []string{"mcp0", "mcp1", "mcp2", "mcp3", "cli"} {
 				if other != token && strings.Contains(r.Text, other) {
 					t.Errorf("server %d's result holds %s, another run's token:\n%.2000s", i, other, r.Text)
 				}
@@ -212,38 +212,42 @@ func TestSeveralAgents(t *testing.T) {
 
 	t.Run("admitted by memory, no OOM kill", func(t *testing.T) {
 		_, logAt := kernelOOM(t, e, 0)
-		// Four runs each touching about 450 MiB at once, on a VM sized
-		// for four: all fit, all end ok.
+		// Five runs each touching about 450 MiB at once, on a VM sized
+		// for five: all fit, all end ok.
 		var calls []<-chan callOut
 		for _, s := range servers {
-			calls = append(calls, s.start(ctx, map[string]any{"code": holdCode(450, 6), "timeout_s": 30}))
+			calls = append(calls, s.start(ctx, map[string]any{"code": holdCode(450, 8), "timeout_s": 30}))
 		}
-		g := waitRuns(t, e, 4, 60*time.Second)
+		holder := startRun(t, e, holdCode(450, 8), "--timeout", "30")
+		g := waitRuns(t, e, 5, 60*time.Second)
 		clients := 0
 		for _, r := range g.Runs {
 			if strings.HasPrefix(r.Client, "pybox mcp (pid ") && strings.Contains(r.Client, "pybox-e2e-several") {
 				clients++
 			}
 		}
-		if clients != 4 || g.Room == nil || g.Room.Runs < 4*wire.DefaultMemoryBytes {
+		if clients != 4 || g.Room == nil || g.Room.Runs < 5*wire.DefaultMemoryBytes {
 			t.Errorf("vm status during four runs: runs %+v, room %+v", g.Runs, g.Room)
 		}
-		// A fifth does not fit: refused at once, nothing ran, and it says
-		// what holds the memory.
+		// One more does not fit: refused at once, nothing ran, and it
+		// says what holds the memory.
 		t0 := time.Now()
-		r := runPy(t, e, `print("fifth")`, "--timeout", "10")
+		r := runPy(t, e, `print("one too many")`, "--timeout", "10")
 		if r.Error == nil || r.Error.Code != wire.ErrNoMemory || r.Error.Cleanup == nil || r.Error.Cleanup.Status != wire.CleanupNotAttempted ||
-			!strings.Contains(r.Error.Message, "4 running hold up to") || !strings.Contains(r.Error.Message, "--runs 5") {
-			t.Errorf("a fifth run: exit %d, %+v\n%s", r.code, r.Error, r.stderr)
+			!strings.Contains(r.Error.Message, "5 running hold up to") || !strings.Contains(r.Error.Message, "--runs 6") {
+			t.Errorf("one run too many: exit %d, %+v\n%s", r.code, r.Error, r.stderr)
 		}
 		if d := time.Since(t0); d > 10*time.Second {
-			t.Errorf("the fifth run was refused after %v; want at once", d)
+			t.Errorf("the run too many was refused after %v; want at once", d)
 		}
 		for i, ch := range calls {
 			r := (<-ch).result(t)
 			if r.Execution.Status != wire.StatusOK || r.Execution.Cleanup.Status != wire.CleanupRemoved || r.Execution.Capture.Stdout != "held\n" {
 				t.Errorf("holder %d: %s, cleanup %s, stdout %q\n%.1500s", i, r.Execution.Status, r.Execution.Cleanup.Status, r.Execution.Capture.Stdout, r.Text)
 			}
+		}
+		if rc := holder().receipt(t); rc.Status != wire.StatusOK || rc.Capture.Stdout != "held\n" || rc.Cleanup.Status != wire.CleanupRemoved {
+			t.Errorf("the pybox run holder: %s, stdout %q, cleanup %+v", rc.Status, rc.Capture.Stdout, rc.Cleanup)
 		}
 		if oom, _ := kernelOOM(t, e, logAt); oom != "" {
 			t.Errorf("the guest's kernel killed for memory:\n%s", oom)

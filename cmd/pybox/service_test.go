@@ -24,7 +24,7 @@ func TestVMService(t *testing.T) {
 		{[]string{"upstart"}, exitUsage, "systemd or launchd"},
 		{[]string{"systemd", "launchd"}, exitUsage, "at most one"},
 		{[]string{"--images", "../x"}, exitFailure, "image name"},
-		{[]string{"--memory", "100"}, exitFailure, "256–65536"},
+		{[]string{"--memory", "100"}, exitFailure, "768–65536"},
 		{[]string{"--accel", "fast"}, exitFailure, "auto, kvm or tcg"},
 	} {
 		out, code := capture(t, func() int { return vmService(c.args) })

@@ -60,11 +60,13 @@ func (e *NoRoomError) NoMemory() bool { return true }
 
 func (e *NoRoomError) Error() string {
 	r := e.Room
-	return fmt.Sprintf("no memory for another run: %d running hold up to %d MiB, warm boxes %d MiB, the guest itself %d MiB and headroom %d MiB "+
-		"of the VM's %d MiB, leaving %d MiB where a run needs %d MiB. Nothing ran: try again when a run has ended, or restart the VM sized for more "+
-		"(pybox vm start --runs %d, or more --memory; fewer images means fewer warm boxes)",
-		e.Runs, mib(r.Runs), mib(r.Warm), mib(r.Guest), mib(r.Headroom), mib(r.Total), mib(max(0, r.Left)), mib(runNeeds),
-		max(r.RunsAtOnce, e.Runs)+1)
+	held := fmt.Sprintf("%d running hold up to %d MiB, warm boxes %d MiB, the guest itself %d MiB and headroom %d MiB of the VM's %d MiB, leaving %d MiB where a run needs %d MiB",
+		e.Runs, mib(r.Runs), mib(r.Warm), mib(r.Guest), mib(r.Headroom), mib(r.Total), mib(max(0, r.Left)), mib(runNeeds))
+	if e.Runs == 0 {
+		return "no memory for a run: " + held + ". Nothing ran: restart the VM with more memory (pybox vm start --memory 1024 or more)"
+	}
+	return fmt.Sprintf("no memory for another run: %s. Nothing ran: try again when a run has ended, or restart the VM sized for more "+
+		"(pybox vm start --runs %d, or more --memory; fewer images means fewer warm boxes)", held, max(r.RunsAtOnce, e.Runs)+1)
 }
 
 func mib(b int64) int64 { return b >> 20 }

@@ -29,9 +29,8 @@ import (
 // The pool keeps, for each image, as many boxes as the VM takes runs at
 // once (Config.RunsAtOnce, and at least two, so that back-to-back calls
 // find one ready while the next warms). Boxes of an image warm one at a
-// time, at a tenth of a run's CPU weight, and only in memory that
-// admission leaves once the runs the VM was sized for have theirs
-// (admit.go): warm boxes never take a run's room. A run takes a ready
+// time, at a tenth of a run's CPU weight, and only in memory that leaves
+// room for one more run beside them (admit.go). A run takes a ready
 // box if there is one; one that comes while its image's box still warms
 // takes it as it is: the launcher looks for a program before each module
 // of the list, so the run waits at most for the import in progress.
@@ -203,7 +202,14 @@ func (b *Runner) replenish(image string) {
 		if guess == 0 {
 			guess = warmGuess
 		}
-		owed := runNeeds * int64(max(0, b.cfg.RunsAtOnce-len(b.admitted)))
+		// Room for one more run stays free while the VM runs fewer than
+		// it was sized for: a warm box never takes the room of the run it
+		// is for. (The boxes are bounded by count, and vm start sizes the
+		// VM for them.)
+		var owed int64
+		if len(b.admitted) < b.cfg.RunsAtOnce {
+			owed = runNeeds
+		}
 		if room.Left-guess < owed {
 			return // the next run's end tries again
 		}

@@ -131,6 +131,10 @@ const (
 	DefaultMemoryMiB = memoryOneRun + (DefaultRuns-1)*memoryPerRun
 )
 
+// MinMemoryMiB is the least memory a VM may have: one run's 512 MiB bound
+// and its headroom, beside the guest's own and a few small warm boxes.
+const MinMemoryMiB = 768
+
 // MemoryForRuns is the memory, in MiB, of a VM sized for runs at once.
 func MemoryForRuns(runs int) int {
 	return memoryOneRun + (max(1, runs)-1)*memoryPerRun
@@ -221,8 +225,9 @@ func (c *Config) checkMachine() error {
 // CheckSize checks a VM's memory and CPUs.
 func CheckSize(memoryMiB, cpus int) error {
 	switch {
-	case memoryMiB < 256 || memoryMiB > 65536:
-		return fmt.Errorf("vm: memory %d MiB: give 256–65536", memoryMiB)
+	case memoryMiB < MinMemoryMiB || memoryMiB > 65536:
+		return fmt.Errorf("vm: memory %d MiB: give %d–65536 (a run may hold 512 MiB, beside the guest's own; %d MiB holds one run at once, --runs N sizes it for N)",
+			memoryMiB, MinMemoryMiB, MemoryForRuns(1))
 	case cpus < 1 || cpus > 8:
 		return fmt.Errorf("vm: %d CPUs: give 1–8 (the guest kernel supports 8)", cpus)
 	}

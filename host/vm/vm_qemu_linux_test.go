@@ -19,7 +19,7 @@ func testConfig(t *testing.T, machine string) Config {
 	return Config{
 		Kernel: filepath.Join(dir, "bzImage"), Initramfs: filepath.Join(dir, "initramfs.cpio"),
 		Images:    []Image{{Name: "stdlib", Path: filepath.Join(dir, "stdlib.erofs"), Digest: strings.Repeat("ab", 32)}},
-		MemoryMiB: 512, CPUs: 1, Machine: machine, Channel: ChannelSerial, Dir: dir,
+		MemoryMiB: 768, CPUs: 1, Machine: machine, Channel: ChannelSerial, Dir: dir,
 	}
 }
 
