@@ -1,5 +1,13 @@
-// Package box runs one program in a fresh sealed box and writes its
-// receipt.
+// Package box runs programs, each in a fresh sealed box, and writes their
+// receipts. Several run at once, one box each; where to read what:
+//
+//   - admit.go: admission, the one place that decides whether a run may
+//     start, by the memory its bound needs beside the runs in progress;
+//   - run.go: the life of one run, from its box's making to its receipt;
+//   - pool.go and handover.go: the warm boxes made ahead of their runs,
+//     and how a run takes one; imports.go, what a program imports;
+//   - aside.go: what a failed cleanup left, kept out of use;
+//   - box.go: the Runner that holds them together.
 //
 // The parent side ([Runner.Run], in the agent, real root in the guest) makes
 // the run's cgroup and a staging tmpfs for its /tmp, starts the box's
