@@ -28,7 +28,7 @@ $PYBOX_HOME if it is set. The file's first lines say where to put it and
 how to enable it. No root is needed.`)
 	images := fs.String("images", "", "images to attach (comma-separated; default: the built-in images that are built)")
 	runs := fs.Int("runs", vm.DefaultRuns, fmt.Sprintf("runs at once the VM is sized for, 1–%d", wire.MaxRunsAtOnce))
-	memory := fs.Int("memory", 0, fmt.Sprintf("guest memory in MiB (default: sized for --runs, %d MiB for %d)", vm.DefaultMemoryMiB, vm.DefaultRuns))
+	memory := fs.Int("memory", 0, fmt.Sprintf("guest memory in MiB, at least %d (default: sized for --runs, %d MiB for %d)", vm.MinMemoryMiB, vm.DefaultMemoryMiB, vm.DefaultRuns))
 	cpus := fs.Int("cpus", vm.DefaultCPUs, "guest CPUs")
 	accel := fs.String("accel", "auto", "accelerator: auto, kvm or tcg")
 	pos, code, err := parse(fs, args)
