@@ -17,14 +17,17 @@ import (
 	"testing"
 	"time"
 
+	"pybox/host/vm"
 	"pybox/shared/wire"
 )
 
-// coldVM starts a VM like the shared one, but with warm boxes off.
+// coldVM starts a VM like the shared one, but with warm boxes off. Its
+// memory is the same: the kernel sets RLIMIT_NPROC by it, and a program
+// sees that.
 func coldVM(t *testing.T) *vmEnv {
 	e := newVMEnv(t)
 	linkImages(t, e, "stdlib")
-	e.mustStart("--images", "stdlib", "--memory", "1024", "--warm", "0")
+	e.mustStart("--images", "stdlib", "--memory", strconv.Itoa(vm.DefaultMemoryMiB), "--warm", "0")
 	return e
 }
 
