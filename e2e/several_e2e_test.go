@@ -363,14 +363,17 @@ func TestSeveralAgents(t *testing.T) {
 						}
 						text := res.Content[0].(*sdk.TextContent).Text
 						var doc struct {
-							Error     *struct{ Code string } `json:"error"`
+							Error     *struct{ Code, Message string } `json:"error"`
 							Execution struct {
-								Cleanup struct{ Status string } `json:"cleanup"`
+								Status   string       `json:"status"`
+								Cleanup  wire.Cleanup `json:"cleanup"`
+								Overruns []string     `json:"overruns"`
 							} `json:"execution"`
 						}
 						if err := json.Unmarshal([]byte(text), &doc); err != nil || doc.Error != nil || doc.Execution.Cleanup.Status != wire.CleanupRemoved {
 							mu.Lock()
-							bad = append(bad, fmt.Sprintf("server %d call %d: %.600s", i, n, text))
+							bad = append(bad, fmt.Sprintf("server %d call %d: %v; error %+v; status %s, cleanup %+v, overruns %q",
+								i, n, err, doc.Error, doc.Execution.Status, doc.Execution.Cleanup, doc.Execution.Overruns))
 							mu.Unlock()
 						}
 					}

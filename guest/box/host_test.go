@@ -453,3 +453,26 @@ print(token, sorted(os.listdir("/tmp/output")))`, i)
 		}
 	}
 }
+
+// A tmpfs kept busy for a moment (another box being started holds the
+// agent's descriptors until its execve) is removed once it is let go,
+// not left behind.
+func TestStagingBusyForAMoment(t *testing.T) {
+	needs.Root(t, "mounting the staging tmpfs")
+	base := t.TempDir()
+	st, err := makeStaging(base, "briefly", "/nonexistent-image", nil, slotIDs(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(st.tmp, "output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(150*time.Millisecond, func() { f.Close() })
+	if err := st.remove(); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if left := st.leftovers(); len(left) != 0 {
+		t.Errorf("left: %v", left)
+	}
+}

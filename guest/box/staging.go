@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -167,9 +168,23 @@ func writeOwned(path string, content []byte, mode os.FileMode, id int) error {
 	return err
 }
 
+// busyUnmountWait is the longest wait between tries of an unmount that
+// finds the tmpfs busy: about 1.3 s in all.
+const busyUnmountWait = 640 * time.Millisecond
+
 // remove unmounts the tmpfs and removes the staging directories.
 func (s *staging) remove() error {
 	err := unix.Unmount(s.tmp, 0)
+	// Another box being started holds, for a moment, a copy of every
+	// descriptor the agent has open (this box's output files among them,
+	// while it is collected): the child of clone keeps them until its
+	// execve, which waits for the parent to write its id maps. That
+	// keeps the tmpfs busy for a few milliseconds, longer under an
+	// emulated CPU; it is let go without anyone's help.
+	for wait := 10 * time.Millisecond; errors.Is(err, unix.EBUSY) && wait <= busyUnmountWait; wait *= 2 {
+		time.Sleep(wait)
+		err = unix.Unmount(s.tmp, 0)
+	}
 	if err != nil && !errors.Is(err, unix.EINVAL) { // EINVAL: not mounted
 		return fmt.Errorf("unmount %s: %w", s.tmp, err)
 	}
