@@ -104,7 +104,6 @@ func p95(v []float64) float64 {
 
 func benchAgents(b *testing.B, r *benchReport, k benchKnobs) {
 	e := benchEnv(b)
-	linkImages(b, e, "stdlib", "data")
 	if out, errOut, code := e.pybox("vm", "start", "--images", "stdlib,data", "--runs", "4",
 		"--memory", strconv.Itoa(vm.MemoryForRuns(4)), "--cpus", "2"); code != 0 {
 		b.Fatalf("vm start: %s%s", out, errOut)

@@ -907,6 +907,14 @@ func markdown(r *benchReport) string {
 		{"memory", "Memory: the VM on the host, and what giving freed memory back costs"},
 		{"arm64", "The arm64 guest (the Mac's) under QEMU's emulation, beside this host's guest, taking turns (for the record)"},
 		{"relay", "The host's round trip beside the code before the relay became a router of framed bytes (two VMs, turns taken)"},
+		{"jail", "QEMU jailed against unjailed"},
+		{"agents", "Several agents on one VM (sized for 4 runs, 2 vCPUs): calls back to back at once, and one agent beside a CPU spinner"},
+	}
+	// A section without a title still shows, under its own name.
+	for _, f := range r.Figures {
+		if !slices.ContainsFunc(titles, func(t struct{ sec, title string }) bool { return t.sec == f.Section }) {
+			titles = append(titles, struct{ sec, title string }{f.Section, f.Section})
+		}
 	}
 	for _, t := range titles {
 		if !slices.ContainsFunc(r.Figures, func(f *figure) bool { return f.Section == t.sec }) {

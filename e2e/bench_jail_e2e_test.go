@@ -57,7 +57,7 @@ func benchJail(b *testing.B, r *benchReport, k benchKnobs) {
 		call[s.name] = append(call[s.name], d)
 	})
 	for _, s := range sides {
-		r.add(newFigure("jail", "boot to hello, "+s.name, "ms", boot[s.name], "stdlib and a data folder, 1 vCPU, 512 MiB, the boots alternating"))
+		r.add(newFigure("jail", "boot to hello, "+s.name, "ms", boot[s.name], "stdlib and a data folder, 1 vCPU, 768 MiB, the boots alternating"))
 		r.add(newFigure("jail", "ping round trip, "+s.name, "ms", pings[s.name], "one client connection, 10 pings per turn"))
 		r.add(newFigure("jail", "print(1) via pybox mcp, warm box, "+s.name, "ms", call[s.name], "tools/call round trip, Go SDK client"))
 	}
