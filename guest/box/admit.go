@@ -75,8 +75,7 @@ func mib(b int64) int64 { return b >> 20 }
 // its Run.
 type admission struct {
 	limit int64 // the bound of its box: memory.max of its cgroup
-	since time.Time
-	rn    *run // once Run has it
+	rn    *run  // once Run has it
 }
 
 // progress is where the run is, for the host's status; cgroups is the
@@ -122,9 +121,9 @@ func (b *Runner) Admit(r *wire.Run) error {
 		return &NoRoomError{Room: *room, Runs: len(b.admitted)}
 	}
 	if b.admitted == nil {
-		b.admitted = map[string]*admission{} // a Runner made by a test
+		b.admitted = map[string]*admission{}
 	}
-	b.admitted[r.RunID] = &admission{limit: memoryMax, since: time.Now()}
+	b.admitted[r.RunID] = &admission{limit: memoryMax}
 	return nil
 }
 
@@ -145,7 +144,7 @@ func (b *Runner) claim(rn *run) error {
 	if a.rn != nil {
 		return fmt.Errorf("run %s is in progress already", rn.req.RunID)
 	}
-	a.rn, a.since = rn, rn.at.begun
+	a.rn = rn
 	return nil
 }
 

@@ -52,7 +52,7 @@ type Runner struct {
 	agentNS map[string]uint64
 
 	mu       sync.Mutex
-	admitted map[string]*admission // the runs admitted and not yet ended, by run id
+	admitted map[string]*admission // the runs admitted and not yet ended, by run id; made by the first Admit
 	full     int64                 // the guest's memory with nothing ballooned away (the most it has had)
 	left     []leftover            // what failed cleanups left, kept out of use (aside.go)
 	asideMu  sync.Mutex            // one SetAside at a time
@@ -81,7 +81,7 @@ var guestPaths = paths{
 // have started the reaper (reap.Start): the box collects its processes
 // with reap.Wait.
 func New(cfg Config) *Runner {
-	b := &Runner{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces(), admitted: map[string]*admission{}}
+	b := &Runner{cfg: cfg, paths: guestPaths, wait: reap.Wait, agentNS: agentNamespaces()}
 	b.warm.init(cfg.Warm, max(2, cfg.RunsAtOnce))
 	return b
 }
@@ -180,7 +180,7 @@ func (b *Runner) Runs() []wire.RunProgress {
 		}
 	}
 	b.mu.Unlock()
-	slices.SortFunc(runs, func(x, y admission) int { return x.since.Compare(y.since) })
+	slices.SortFunc(runs, func(x, y admission) int { return x.rn.at.begun.Compare(y.rn.at.begun) })
 	out := make([]wire.RunProgress, 0, len(runs))
 	for _, a := range runs {
 		out = append(out, a.progress(b.paths.cgroups))
