@@ -48,6 +48,17 @@ func (r *runner) run(ctx context.Context, want string, args map[string]any) (*to
 	return o.res, nil
 }
 
+// runOK is run for a check that needs the program to have ended ok: a
+// call that did not is the check's failure, with what to do about it.
+func (r *runner) runOK(ctx context.Context, want string, args map[string]any) (*toolResult, *verdict) {
+	res, v := r.run(ctx, want, args)
+	if v == nil && !res.ok() {
+		f := fail(want, res.summary(), hintFor(res, r.o))
+		v = &f
+	}
+	return res, v
+}
+
 // defaultImage is the image a call that names none gets, as the server
 // picks it: stdlib when allowed, else the first.
 func (r *runner) defaultImage() string {
@@ -137,12 +148,9 @@ func (r *runner) checkFiles(ctx context.Context) verdict {
 	in := newInputFiles()
 	args := r.runArgs(filesProgram)
 	args["files"], args["return_files"] = in.args(), true
-	res, v := r.run(ctx, want, args)
+	res, v := r.runOK(ctx, want, args)
 	if v != nil {
 		return *v
-	}
-	if !res.ok() {
-		return fail(want, res.summary(), hintFor(res, r.o))
 	}
 	const corrupt = "files were changed on the way: the server or the guest agent is out of step with this pybox; rebuild (`make`) and restart the VM"
 	if got := res.Exec.Capture.Stdout; got != in.stdout() {
@@ -173,12 +181,9 @@ func (r *runner) checkChart(ctx context.Context) verdict {
 	}
 	want := "a PNG made " + made + " comes back as the file chart.png, with the sha256 the program printed, and as an image block (image/png) with the same bytes"
 	args["return_files"] = true
-	res, v := r.run(ctx, want, args)
+	res, v := r.runOK(ctx, want, args)
 	if v != nil {
 		return *v
-	}
-	if !res.ok() {
-		return fail(want, res.summary(), hintFor(res, r.o))
 	}
 	printed := strings.TrimSpace(res.Exec.Capture.Stdout)
 	png, problem := chartFile(res, printed)
