@@ -137,12 +137,7 @@ type boxRun struct {
 // test unless pybox printed exactly one JSON document.
 func runPy(t testing.TB, e *vmEnv, code string, flags ...string) *boxRun {
 	t.Helper()
-	cmd := runCmdFor(t, e, code, flags...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	t0 := time.Now()
-	err := cmd.Run()
-	return finishRun(t, cmd, err, time.Since(t0), out.String(), errb.String())
+	return startRun(t, e, code, flags...)()
 }
 
 // runCmdFor prepares `pybox run --json FLAGS... FILE` with code in FILE.
@@ -977,15 +972,8 @@ print("main exits")
 
 func testRunsAtOnce(t *testing.T, e *vmEnv) {
 	t.Run("two clients' runs go on at once, each in its own box", func(t *testing.T) {
-		first := runCmdFor(t, e, "import os, time\nprint('first', flush=True)\nopen('/tmp/output/first', 'w')\ntime.sleep(4)\nprint('first done', os.listdir('/tmp/output'))\n", "--timeout", "15")
-		var out1, err1 bytes.Buffer
-		first.Stdout, first.Stderr = &out1, &err1
 		t0 := time.Now()
-		if err := first.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- first.Wait() }()
+		first := startRun(t, e, "import os, time\nprint('first', flush=True)\nopen('/tmp/output/first', 'w')\ntime.sleep(4)\nprint('first done', os.listdir('/tmp/output'))\n", "--timeout", "15")
 		waitRunning(t, e.home, 0, 15*time.Second)
 
 		second := runPy(t, e, "import os\nopen('/tmp/output/second', 'w')\nprint('second ran', os.listdir('/tmp/output'))\n", "--timeout", "10")
@@ -993,7 +981,7 @@ func testRunsAtOnce(t *testing.T, e *vmEnv) {
 		if rc2.Capture.Stdout != "second ran ['second']\n" {
 			t.Errorf("second run: stdout %q", rc2.Capture.Stdout)
 		}
-		r1 := finishRun(t, first, <-done, time.Since(t0), out1.String(), err1.String())
+		r1 := first()
 		rc := expectEnd(t, r1, wire.StatusOK)
 		if rc.Capture.Stdout != "first\nfirst done ['first']\n" {
 			t.Errorf("first run: stdout %q", rc.Capture.Stdout)

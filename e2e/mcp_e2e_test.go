@@ -174,23 +174,41 @@ func (e *vmEnv) goClient(t *testing.T, args ...string) (*sdk.ClientSession, *syn
 // client got.
 func (e *vmEnv) goClientAt(t *testing.T, rev string, args ...string) (*sdk.ClientSession, *syncBuffer) {
 	t.Helper()
+	s := e.mcpServerFor(t, t, rev, args...)
+	return s.cs, s.stderr
+}
+
+// mcpServer is one `pybox mcp` spoken to by the Go SDK, with its process
+// (for kill -9).
+type mcpServer struct {
+	cs     *sdk.ClientSession
+	stderr *syncBuffer
+	cmd    *exec.Cmd
+}
+
+// mcpServerFor starts `pybox mcp ARGS`, speaking the revision rev, which
+// it checks the client got; the session is closed when owner ends (a
+// test may start a server for its parent's later subtests).
+func (e *vmEnv) mcpServerFor(t, owner *testing.T, rev string, args ...string) *mcpServer {
+	t.Helper()
 	cmd := exec.Command(e.bin, append([]string{"mcp"}, args...)...)
 	cmd.Env = e.env
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
+	s := &mcpServer{stderr: &syncBuffer{}, cmd: cmd}
+	cmd.Stderr = s.stderr
 	c := sdk.NewClient(&sdk.Implementation{Name: "pybox-e2e-go", Version: "0"}, nil)
 	cs, err := c.Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, &sdk.ClientSessionOptions{ProtocolVersion: rev})
 	if err != nil {
-		t.Fatalf("connect at %s: %v\nstderr:\n%s", rev, err, stderr)
+		t.Fatalf("connect at %s: %v\nstderr:\n%s", rev, err, s.stderr)
 	}
-	t.Cleanup(func() { cs.Close() })
+	owner.Cleanup(func() { cs.Close() })
 	// Catches a server/discover the SDK does not take (it falls back to
 	// initialize and 2025-11-25), or an initialize answered with another
 	// revision than the one asked for.
 	if got := cs.InitializeResult().ProtocolVersion; got != rev {
 		t.Fatalf("asked for %s, negotiated %s", rev, got)
 	}
-	return cs, stderr
+	s.cs = cs
+	return s
 }
 
 // mcpResult is a tool result as a client reads it.
@@ -294,6 +312,13 @@ func decodeResult(t *testing.T, text string, structured any, isError bool) *mcpR
 func goCall(t *testing.T, cs *sdk.ClientSession, args any) *mcpResult {
 	t.Helper()
 	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_python", Arguments: args})
+	return readCall(t, cs, res, err)
+}
+
+// readCall reads what a tools/call on cs returned: the text, checked
+// against the structured content, then only image blocks.
+func readCall(t *testing.T, cs *sdk.ClientSession, res *sdk.CallToolResult, err error) *mcpResult {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("tools/call: %v", err)
 	}

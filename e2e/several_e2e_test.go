@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -22,39 +21,16 @@ import (
 	"pybox/shared/wire"
 )
 
-// mcpServer is one `pybox mcp` spoken to by the Go SDK, with its process
-// (for kill -9).
-type mcpServer struct {
-	cs     *sdk.ClientSession
-	stderr *syncBuffer
-	cmd    *exec.Cmd
-}
-
+// mcpServer starts `pybox mcp ARGS` speaking the newest revision, closed
+// when t ends.
 func (e *vmEnv) mcpServer(t *testing.T, args ...string) *mcpServer {
 	t.Helper()
-	return e.mcpServerFor(t, t, args...)
-}
-
-// mcpServerFor is mcpServer, closed when owner ends (a test that starts
-// a server for its parent's later subtests).
-func (e *vmEnv) mcpServerFor(t, owner *testing.T, args ...string) *mcpServer {
-	t.Helper()
-	cmd := exec.Command(e.bin, append([]string{"mcp"}, args...)...)
-	cmd.Env = e.env
-	s := &mcpServer{stderr: &syncBuffer{}, cmd: cmd}
-	cmd.Stderr = s.stderr
-	c := sdk.NewClient(&sdk.Implementation{Name: "pybox-e2e-several", Version: "0"}, nil)
-	cs, err := c.Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v\nstderr:\n%s", err, s.stderr)
-	}
-	owner.Cleanup(func() { cs.Close() })
-	s.cs = cs
-	return s
+	return e.mcpServerFor(t, t, modernRev, args...)
 }
 
 // callOut is a tools/call that ran in its own goroutine.
 type callOut struct {
+	cs  *sdk.ClientSession
 	res *sdk.CallToolResult
 	err error
 }
@@ -64,7 +40,7 @@ func (s *mcpServer) start(ctx context.Context, args map[string]any) <-chan callO
 	ch := make(chan callOut, 1)
 	go func() {
 		res, err := s.cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_python", Arguments: args})
-		ch <- callOut{res, err}
+		ch <- callOut{s.cs, res, err}
 	}()
 	return ch
 }
@@ -72,18 +48,12 @@ func (s *mcpServer) start(ctx context.Context, args map[string]any) <-chan callO
 // result waits for a call and reads its result.
 func (o callOut) result(t *testing.T) *mcpResult {
 	t.Helper()
-	if o.err != nil {
-		t.Fatalf("tools/call: %v", o.err)
-	}
-	if len(o.res.Content) == 0 {
-		t.Fatal("no content")
-	}
-	return decodeResult(t, o.res.Content[0].(*sdk.TextContent).Text, o.res.StructuredContent, o.res.IsError)
+	return readCall(t, o.cs, o.res, o.err)
 }
 
 // startRun starts `pybox run --json FLAGS... FILE` for code; finish waits
 // for it.
-func startRun(t *testing.T, e *vmEnv, code string, flags ...string) func() *boxRun {
+func startRun(t testing.TB, e *vmEnv, code string, flags ...string) func() *boxRun {
 	t.Helper()
 	cmd := runCmdFor(t, e, code, flags...)
 	var out, errb strings.Builder
@@ -222,7 +192,7 @@ func TestSeveralAgents(t *testing.T) {
 		g := waitRuns(t, e, 5, 60*time.Second)
 		clients := 0
 		for _, r := range g.Runs {
-			if strings.HasPrefix(r.Client, "pybox mcp (pid ") && strings.Contains(r.Client, "pybox-e2e-several") {
+			if strings.HasPrefix(r.Client, "pybox mcp (pid ") && strings.Contains(r.Client, "pybox-e2e-go") {
 				clients++
 			}
 		}
@@ -325,7 +295,7 @@ func TestSeveralAgents(t *testing.T) {
 			}
 			time.Sleep(300 * time.Millisecond)
 		}
-		servers[3] = e.mcpServerFor(t, top, "--images", "stdlib", "--max-timeout", "30")
+		servers[3] = e.mcpServerFor(t, top, modernRev, "--images", "stdlib", "--max-timeout", "30")
 	})
 
 	t.Run("a soak leaves the agent where it started", func(t *testing.T) {
