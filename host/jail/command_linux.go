@@ -106,7 +106,7 @@ func (c *Cmd) Start() error {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
 	cmd.Env = append([]string{}, c.HelperEnv...)
 	cmd.ExtraFiles = []*os.File{listener, specR, statusW, lifeR}
-	cmd.SysProcAttr = sysProcAttr(c.Spec.Mode)
+	cmd.SysProcAttr = sysProcAttr(c.Spec)
 	if err := cmd.Start(); err != nil {
 		if noUserNamespace(err) {
 			return fmt.Errorf("%w (%v)", ErrNoUserNamespace, err)
@@ -136,16 +136,29 @@ func (c *Cmd) Wait() error {
 	return err
 }
 
-// sysProcAttr is how the helper is cloned for mode. The user namespace
-// maps the user alone, to uid and gid 0 of the jail: the helper needs
-// its capabilities there to build the jail, and drops them all before it
-// runs the program. setgroups stays denied, so no group the user has can
-// be dropped to get past a file's permissions. There is no Pdeathsig
-// here: Go's check of the parent after arming it reads the parent's pid,
-// which is 0 inside a new pid namespace; the helper arms it itself.
-func sysProcAttr(mode string) *syscall.SysProcAttr {
+// sysProcAttr is how the helper is cloned for spec's mode. The user
+// namespace maps the user alone, to uid and gid 0 of the jail: the helper
+// needs its capabilities there to build the jail, and drops them all
+// before it runs the program. setgroups stays denied, so no group the
+// user has can be dropped to get past a file's permissions. There is no
+// Pdeathsig here: Go's check of the parent after arming it reads the
+// parent's pid, which is 0 inside a new pid namespace; the helper arms it
+// itself.
+//
+// A build's jail has no user namespace: the builder is root, the helper
+// builds the jail as root and then becomes spec.User for good, so the
+// program is an ordinary user of the host, not root of a namespace. It
+// leads a process group of its own, which the builder stops whole.
+func sysProcAttr(spec *Spec) *syscall.SysProcAttr {
+	if spec.Mode == Build {
+		flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
+		if !spec.Network {
+			flags |= unix.CLONE_NEWNET
+		}
+		return &syscall.SysProcAttr{Cloneflags: flags, Setpgid: true}
+	}
 	flags := uintptr(unix.CLONE_NEWUSER)
-	if mode == Namespaces {
+	if spec.Mode == Namespaces {
 		flags |= unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 	}
 	return &syscall.SysProcAttr{

@@ -49,6 +49,8 @@ func run() error {
 		err = buildRoot(spec)
 	case Landlock:
 		err = restrict(spec)
+	case Build:
+		err = buildTree(spec)
 	default:
 		err = fmt.Errorf("unknown jail mode %q", spec.Mode)
 	}
@@ -58,10 +60,14 @@ func run() error {
 	if err := closeInherited(spec.Listener); err != nil {
 		return err
 	}
-	if err := dropPrivileges(); err != nil {
-		return err
+	if spec.Mode == Build {
+		// The program writes its output where the build bound it: no
+		// filter on metadata there (a copy across mounts sets times).
+		err = becomeUser(spec.User)
+	} else if err = dropPrivileges(); err == nil {
+		err = refuseMetadata()
 	}
-	if err := refuseMetadata(); err != nil {
+	if err != nil {
 		return err
 	}
 	// Armed last, after every change of credentials (a change that

@@ -20,6 +20,13 @@ const (
 // empty a data folder's file.
 const MinLandlockABI = 3
 
+// Build is the jail of an image build's programs that run code not from
+// Debian (pip, and whatever imports a wheel's modules): the tree being
+// built is their root, read-only but for the directories the build
+// names, and they run as Spec.User, not as root (see BuildSpec). It is
+// the builder's alone: CheckMode refuses it.
+const Build = "build"
+
 // CheckMode checks a mode the user asked for.
 func CheckMode(mode string) error {
 	switch mode {
@@ -50,6 +57,26 @@ type Spec struct {
 	// Listener says whether descriptor 3 is a listening socket the
 	// program inherits (QEMU's end of the guest channel).
 	Listener bool `json:"listener,omitempty"`
+
+	// Build mode only: Root is the tree that becomes the jail's root,
+	// bound read-only; Binds are bound into it, in order; Network keeps
+	// the host's network (else the jail has only its own loopback, down);
+	// User is the uid and gid the program runs as, never 0.
+	Root    string `json:"root,omitempty"`
+	Binds   []Bind `json:"binds,omitempty"`
+	Network bool   `json:"network,omitempty"`
+	User    int    `json:"user,omitempty"`
+	// Dir is the program's working directory in the jail ("/" if empty).
+	Dir string `json:"dir,omitempty"`
+}
+
+// Bind is a host file or directory a build's jail shows at Jail (a path
+// in Root), read-only unless Write. Jail must exist in Root, or lie in
+// a directory bound with Write before it.
+type Bind struct {
+	Host  string `json:"host"`
+	Jail  string `json:"jail"`
+	Write bool   `json:"write,omitempty"`
 }
 
 // File is a host file and where the program finds it in the jail (the

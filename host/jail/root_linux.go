@@ -74,7 +74,7 @@ func buildRoot(spec *Spec) error {
 		steps = append(steps, b.step())
 	}
 	steps = append(steps,
-		step{"pivot_root " + base, enter},
+		step{"pivot_root " + base, func() error { return enter(base) }},
 		step{"mount -o remount,ro,nosuid,nodev /", func() error {
 			return unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 		}},
@@ -103,6 +103,13 @@ func (b bind) step() step {
 		what = "mount --rbind"
 	}
 	return step{fmt.Sprintf("%s -o %s %s %s%s", what, attrString(b.attr), b.src, base, b.dst), func() error {
+		var st unix.Stat_t
+		if err := unix.Fstat(b.fd, &st); err != nil {
+			return err
+		}
+		if err := mountPoint(base+b.dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
+			return err
+		}
 		return bindFD(b.fd, base+b.dst, b.recursive, b.attr)
 	}}
 }
@@ -133,19 +140,12 @@ var (
 )
 
 // bindFD makes a copy of the mount tree at fd, sets attr on all of it
-// before anyone can see it, and attaches it at dst, made empty first (a
+// before anyone can see it, and attaches it at dst, which must exist (a
 // directory or a file, as fd is). The attributes are set on the detached
 // copy, at every level of it, so no mount under a data folder stays
 // writable, and there is no moment at which the copy is writable where
 // the program will find it.
 func bindFD(fd int, dst string, recursive bool, attr *unix.MountAttr) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return err
-	}
-	if err := mountPoint(dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
-		return err
-	}
 	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
 	setFlags := uint(unix.AT_EMPTY_PATH)
 	if recursive {
@@ -185,11 +185,11 @@ func mountPoint(dst string, dir bool) error {
 	return f.Close()
 }
 
-// enter makes base the root and detaches the host's tree from the
+// enter makes dir the root and detaches the host's tree from the
 // jail: pivot_root(".", ".") stacks the old root under the new one,
 // and the lazy unmount takes it away for good.
-func enter() error {
-	if err := unix.Chdir(base); err != nil {
+func enter(dir string) error {
+	if err := unix.Chdir(dir); err != nil {
 		return err
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
