@@ -61,20 +61,33 @@ func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 func imageBuild(args []string) int {
-	fs := flags("image build", "NAME [--arch ARCH] [--suite SUITE] [--from BASE] [--apt PKG]... [--wheel FILE.whl]... [--add SRC:DEST]... [--preload MODULES]", `
+	fs := flags("image build", "NAME [--arch ARCH] [--suite SUITE] [--from BASE] [--apt PKG]... [--pip SPEC]... [--requirements FILE]... [--wheel FILE.whl]... [--add SRC:DEST]... [--preload MODULES]", `
 Build an image and put it in the store. A built-in name (stdlib, data)
 builds that image from its recipe, from Debian 13 (trixie: Python 3.13,
 numpy 2, pandas 2, matplotlib 3.10) unless --suite bookworm asks for Debian
 12's (Python 3.11, numpy 1.24, pandas 1.5, matplotlib 3.6). Any other name
 builds your own image on top of --from: Debian packages with --apt,
-pure-Python wheels with --wheel (installed with no network), local files
-with --add; --preload names the modules its warm boxes import ahead of the
-program (the build checks that they import). It is built from its base's suite; with --suite it starts from
-the built-in base of that suite (built in the cache, the stored one stays).
-For example:
+packages from a Python package index with --pip and --requirements,
+pure-Python wheel files with --wheel (installed with no network), local
+files with --add; --preload names the modules its warm boxes import ahead
+of the program (the build checks that they import). It is built from its
+base's suite; with --suite it starts from the built-in base of that suite
+(built in the cache, the stored one stays). For example:
 
   pybox image build tools --from data --apt python3-tabulate
   pybox image build data311 --from data --suite bookworm
+  pybox image build frames --from data --pip polars --pip 'duckdb>=1.1'
+
+--pip and --requirements: pip resolves them for the image's own Python,
+platform and architecture (its environment markers too), from PyPI or
+--index-url, --extra-index-url and --find-links; binary wheels only (a
+package with source distributions only is refused, and named: no compiler
+runs in an image build). pip runs as an unprivileged user in a jail that
+has the network but none of your files; every module installed is then
+byte-compiled and imported in a jail without network, never as root.
+The image records each distribution, its wheel, sha256 and index
+(pybox image inspect). The same flags again are a cache hit, even if the
+index has new releases since: --no-cache resolves again.
 
 Building needs root (mmdebstrap, chroot) and takes minutes; the same recipe
 again is a cache hit and takes a second. Progress goes to stderr. A failed
@@ -92,6 +105,14 @@ for the same architecture.`)
 	fs.Var(&apt, "apt", "install a Debian package, e.g. python3-tabulate (repeatable)")
 	fs.Var(&wheels, "wheel", "install a pure-Python wheel file, …-none-any.whl (repeatable)")
 	fs.Var(&adds, "add", "copy a local file or directory into the image: SRC:DEST with DEST absolute, e.g. ./lib:/opt/lib (repeatable)")
+	var pips, reqs, extra, links repeated
+	fs.Var(&pips, "pip", "install a package from a Python package index, a requirement such as polars or 'duckdb>=1.1' (repeatable)")
+	fs.Var(&reqs, "requirements", "install the requirements in this file, as pip reads them (repeatable)")
+	indexURL := fs.String("index-url", "", "the package index pip uses instead of PyPI, e.g. https://pypi.example.com/simple/")
+	fs.Var(&extra, "extra-index-url", "another package index pip uses besides it (repeatable)")
+	fs.Var(&links, "find-links", "a directory of wheels (or a URL of a page of links) pip looks in too (repeatable)")
+	noIndex := fs.Bool("no-index", false, "no package index: only --find-links")
+	requireHashes := fs.Bool("require-hashes", false, "every requirement must be pinned with its --hash (in a --requirements file), as pip's --require-hashes")
 	preload := fs.String("preload", "", "modules a warm box imports before its program arrives, comma-separated (default: the base's list)")
 	noCache := fs.Bool("no-cache", false, "build even when the cache holds this recipe")
 	mirror := fs.String("mirror", image.DefaultMirror, "the Debian archive packages come from (its security archive is this address + \"-security\")")
@@ -116,11 +137,14 @@ for the same architecture.`)
 	}
 	var r *image.Recipe
 	if image.IsBuiltIn(name) {
-		if *from != "" || len(apt)+len(wheels)+len(adds) > 0 || *preload != "" {
+		if *from != "" || len(apt)+len(wheels)+len(adds)+len(pips)+len(reqs) > 0 || *preload != "" {
 			return usageError(fs, "%s is a built-in image: build it with no flags but --suite and --arch, or give your own image another name", name)
 		}
 		r, _ = image.BuiltIn(name, *suite)
 	} else if r, err = image.UserRecipe(name, *from, *suite, apt, wheels, adds, mcp.ParseNames(*preload)); err != nil {
+		return fail("%v", err)
+	} else if err = r.AddPip(image.PipInput{Specs: pips, RequirementFiles: reqs, Index: image.PipIndex{
+		URL: *indexURL, Extra: extra, FindLinks: links, NoIndex: *noIndex, RequireHashes: *requireHashes}}); err != nil {
 		return fail("%v", err)
 	}
 	b, err := newBuilder(*arch, *mirror, *noCache)
@@ -230,6 +254,8 @@ func packagesColumn(ps []image.Package) string {
 		name := strings.TrimPrefix(p.Name, "python3-")
 		if w, ok := strings.CutPrefix(name, "wheel:"); ok {
 			name = w + " (wheel)"
+		} else if w, ok := strings.CutPrefix(name, "pip:"); ok {
+			name = w + " (pip)"
 		}
 		out = append(out, name+" "+image.UpstreamVersion(p.Version))
 	}

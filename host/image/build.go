@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"pybox/host/jail"
 
 	"golang.org/x/sys/unix"
 
@@ -48,6 +51,10 @@ type Builder struct {
 	Mirror   string    // the Debian archive (see CheckMirror); DefaultMirror when empty
 	Progress io.Writer // stages and counters; nil is silent
 	NoCache  bool      // build even when the cache has the recipe
+	// JailHelper is the argv of the build jail's helper, with its
+	// environment (see jail.Cmd); jail.Helper() when nil.
+	JailHelper    []string
+	JailHelperEnv []string
 
 	steps []step // tests replace the build's steps; nil means steps
 }
@@ -91,6 +98,13 @@ func (b *Builder) Build(ctx context.Context, r *Recipe) (*Result, error) {
 		return nil, err
 	}
 	return b.build(ctx, r, 0, true)
+}
+
+func (b *Builder) jailHelper() ([]string, []string) {
+	if b.JailHelper != nil {
+		return b.JailHelper, b.JailHelperEnv
+	}
+	return jail.Helper(), nil
 }
 
 func (b *Builder) workRoot() string { return filepath.Join(b.Cache, "work") }
@@ -149,6 +163,9 @@ func (b *Builder) lock(ctx context.Context) (func(), error) {
 // another suite than the store's; see base).
 func (b *Builder) build(ctx context.Context, recipe *Recipe, depth int, store bool) (*Result, error) {
 	r := *recipe
+	if r.usesIndex() && !slices.Contains(r.Apt, pipWheelPackage) {
+		r.Apt = append(slices.Clone(r.Apt), pipWheelPackage)
+	}
 	start := time.Now()
 	p := newProgress(b.Progress, r.Name)
 	var base *baseImage
@@ -344,7 +361,7 @@ func mainPackages(r *Recipe, base *baseImage, installed []Package) []Package {
 	}
 	if base != nil {
 		for _, p := range base.Main {
-			if !strings.HasPrefix(p.Name, "wheel:") {
+			if !notDebian(p.Name) {
 				add(p.Name)
 			}
 		}
@@ -355,11 +372,13 @@ func mainPackages(r *Recipe, base *baseImage, installed []Package) []Package {
 		own = r.Apt
 	}
 	for _, n := range own {
-		add(n)
+		if n != pipWheelPackage || !r.usesIndex() {
+			add(n)
+		}
 	}
 	if base != nil {
 		for _, p := range base.Main {
-			if strings.HasPrefix(p.Name, "wheel:") {
+			if notDebian(p.Name) {
 				out = append(out, p)
 			}
 		}
@@ -370,4 +389,10 @@ func mainPackages(r *Recipe, base *baseImage, installed []Package) []Package {
 		}
 	}
 	return out
+}
+
+// notDebian says whether a main package's name is a wheel's or an index
+// package's, which a layered image's base keeps as they are.
+func notDebian(name string) bool {
+	return strings.HasPrefix(name, "wheel:") || strings.HasPrefix(name, "pip:")
 }

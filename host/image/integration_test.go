@@ -34,6 +34,7 @@ func TestBuildRealImages(t *testing.T) {
 	}
 	home := t.TempDir()
 	b := &Builder{Home: home, Cache: cache, Progress: t.Output()}
+	testJailHelper(t, b)
 	ctx := context.Background()
 
 	stdlib, _ := BuiltIn("stdlib", "")

@@ -69,7 +69,7 @@ func (bd *build) launcher(ctx context.Context) error {
 	// socket on fd 3) runs as it always does.
 	var got string
 	env := bd.chrootEnv(launcher.Env)
-	if err := bd.inTree(ctx, func(l string) { got = strings.TrimSpace(l) }, env, "/usr/bin/python3", "-I", "-c", "import os; print(os.environ.get('LD_PRELOAD', 'gone'))"); err != nil {
+	if err := bd.python3(ctx, func(l string) { got = strings.TrimSpace(l) }, env, nil, "-I", "-c", "import os; print(os.environ.get('LD_PRELOAD', 'gone'))"); err != nil {
 		return fmt.Errorf("python3 does not start with the launcher loaded: %w", err)
 	}
 	if got != "gone" {

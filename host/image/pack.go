@@ -82,6 +82,12 @@ func (bd *build) meta() (*Meta, error) {
 		BuiltAt: time.Now().UTC().Truncate(time.Second), TreeBytes: bd.size, Builder: BuilderVersion,
 		Recipe: *bd.r, Checks: bd.checks(), Packages: installed,
 		WarmFiles: bd.warmFiles, WarmBytes: bd.warmBytes, Preload: slices.Clone(bd.preload()),
+		IndexPackages: bd.indexed, ThirdParty: bd.thirdParty,
+	}
+	for _, ip := range bd.indexed {
+		if pipRequested(bd.r.Pip, ip.Name) {
+			m.Main = append(m.Main, Package{Name: "pip:" + ip.Name, Version: ip.Version})
+		}
 	}
 	if bd.base != nil {
 		m.Base = &BaseRef{Name: bd.base.Name, Digest: bd.base.Digest}

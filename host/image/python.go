@@ -23,8 +23,8 @@ func (bd *build) python(ctx context.Context) (string, error) {
 		return bd.pyver, nil
 	}
 	var out string
-	err := bd.inTree(ctx, func(l string) { out = strings.TrimSpace(l) }, bd.chrootEnv(),
-		"/usr/bin/python3", "-I", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])")
+	err := bd.python3(ctx, func(l string) { out = strings.TrimSpace(l) }, bd.chrootEnv(), nil,
+		"-I", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])")
 	if err != nil {
 		return "", fmt.Errorf("the tree's python3 does not run: %w", err)
 	}
@@ -48,24 +48,36 @@ func (bd *build) pyMinor(ctx context.Context) (string, error) {
 // the image is read-only, so Python must never want to rewrite one, and
 // the file times (all SOURCE_DATE_EPOCH in erofs) must not matter. The
 // .pyc files dpkg's python hooks wrote are timestamp-based: -f replaces
-// them all.
+// them all. Debian's modules are compiled as root; the site directory of
+// wheels and packages from an index, in a build jail (compiling reads
+// what an index sent; no code of it runs, but nothing of it is trusted),
+// and then the root run has -S, so that no .pth file there runs as root.
 func (bd *build) compile(ctx context.Context) error {
 	minor, err := bd.pyMinor(ctx)
 	if err != nil {
 		return err
 	}
-	args := []string{"-m", "compileall", "-q", "-f", "--invalidation-mode", "unchecked-hash"}
-	for _, d := range []string{"/usr/lib/python" + minor, "/usr/lib/python3/dist-packages", "/usr/local/lib/python" + minor + "/dist-packages"} {
-		if fi, err := os.Stat(filepath.Join(bd.tree, d)); err == nil && fi.IsDir() {
-			args = append(args, d)
+	site := "/usr/local/lib/python" + minor + "/dist-packages"
+	args := []string{"-I", "-m", "compileall", "-q", "-f", "--invalidation-mode", "unchecked-hash"}
+	if bd.thirdParty {
+		args = append([]string{"-S"}, args...)
+	}
+	var debian []string
+	for _, d := range []string{"/usr/lib/python" + minor, "/usr/lib/python3/dist-packages", site} {
+		if fi, err := os.Stat(filepath.Join(bd.tree, d)); err == nil && fi.IsDir() && (d != site || !bd.thirdParty) {
+			debian = append(debian, d)
 		}
 	}
 	var bad []string
-	err = bd.inTree(ctx, func(l string) {
+	onLine := func(l string) {
 		if strings.HasPrefix(l, "*** Error compiling") {
 			bad = append(bad, strings.TrimPrefix(l, "*** Error compiling "))
 		}
-	}, bd.chrootEnv(), "/usr/bin/python3", args...)
+	}
+	err = bd.inTree(ctx, onLine, bd.chrootEnv(), "/usr/bin/python3", append(args, debian...)...)
+	if fi, e := os.Stat(filepath.Join(bd.tree, site)); bd.thirdParty && e == nil && fi.IsDir() && ctx.Err() == nil {
+		err = errors.Join(err, bd.python3(ctx, onLine, bd.chrootEnv(), []string{site}, append(args[1:], site)...))
+	}
 	if err != nil && len(bad) > 0 && ctx.Err() == nil {
 		// Like pip: a module that does not compile fails when imported, not now.
 		bd.p.Say("warning: %d files did not byte-compile (they will fail to import): %s", len(bad), strings.Join(bad[:min(len(bad), 5)], ", "))
@@ -108,7 +120,7 @@ func (bd *build) fontCache(ctx context.Context) error {
 	// keep the rest of what -I does.
 	env := bd.chrootEnv("MPLCONFIGDIR="+mplConfigDir, "MPLBACKEND=Agg", "PYTHONHASHSEED=0")
 	code := "import matplotlib; from matplotlib import font_manager; print(len(font_manager.fontManager.ttflist), 'fonts')"
-	if err := bd.inTree(ctx, func(l string) { bd.p.Status("%s", l) }, env, "/usr/bin/python3", "-s", "-P", "-c", code); err != nil {
+	if err := bd.python3(ctx, func(l string) { bd.p.Status("%s", l) }, env, []string{mplConfigDir}, "-s", "-P", "-c", code); err != nil {
 		return err
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, "fontlist-*.json")); len(m) == 0 {
@@ -149,9 +161,12 @@ func (bd *build) check(ctx context.Context) error {
 	env := bd.chrootEnv("HOME=/tmp", "MPLCONFIGDIR="+mpl, "MPLBACKEND=Agg", "OPENBLAS_NUM_THREADS=1")
 	for i, c := range bd.checks() {
 		bd.p.Status("%d/%d: %s", i+1, len(bd.checks()), shorten(c, 60))
-		if err := bd.inTree(ctx, nil, env, "/usr/bin/python3", "-I", "-c", c); err != nil {
+		if err := bd.python3(ctx, nil, env, []string{"/tmp/.config"}, "-I", "-c", c); err != nil {
 			return fmt.Errorf("check %q failed: %w", c, err)
 		}
+	}
+	if err := bd.checkImports(ctx, env); err != nil {
+		return err
 	}
 	if !bd.hasMatplotlib() {
 		return nil

@@ -65,7 +65,12 @@ type Recipe struct {
 	// Main names the packages `pybox image list` shows with their versions.
 	Main   []string `json:"main,omitempty"`
 	Wheels []Wheel  `json:"wheels,omitempty"`
-	Adds   []Add    `json:"adds,omitempty"`
+	// Pip are requirements pip resolves from a package index (see
+	// PipIndex), with the lines of Requirements: binary wheels only.
+	Pip          []string       `json:"pip,omitempty"`
+	Requirements []Requirements `json:"requirements,omitempty"`
+	Index        *PipIndex      `json:"index,omitempty"`
+	Adds         []Add          `json:"adds,omitempty"`
 	// SourceDateEpoch stamps the bootstrap and every file of the image;
 	// images built from a base use the base's.
 	SourceDateEpoch int64 `json:"source_date_epoch,omitempty"`
@@ -225,6 +230,25 @@ func (r *Recipe) Validate() error {
 			return err
 		}
 	}
+	for _, s := range r.Pip {
+		if err := checkPipLine(s, "--pip"); err != nil {
+			return err
+		}
+	}
+	for _, q := range r.Requirements {
+		if err := q.check(); err != nil {
+			return err
+		}
+	}
+	if r.usesIndex() {
+		if r.From == "" {
+			return fmt.Errorf("image: %s: packages from an index go in an image built --from another", r.Name)
+		}
+		if r.Index == nil {
+			r.Index = &PipIndex{}
+		}
+		return r.Index.check()
+	}
 	return nil
 }
 
@@ -244,9 +268,13 @@ type keyInput struct {
 	Preload    []string `json:"preload,omitempty"`
 	Main       []string `json:"main"`
 	Wheels     []Wheel  `json:"wheels"`
-	Adds       []addKey `json:"adds"`
-	Epoch      int64    `json:"source_date_epoch"`
-	Launcher   string   `json:"launcher_sha256"` // the warm box's launcher source, compiled into every image
+	// What pip installs (left out when nothing, so earlier keys stay).
+	Pip          []string       `json:"pip,omitempty"`
+	Requirements []Requirements `json:"requirements,omitempty"`
+	Index        *PipIndex      `json:"index,omitempty"`
+	Adds         []addKey       `json:"adds"`
+	Epoch        int64          `json:"source_date_epoch"`
+	Launcher     string         `json:"launcher_sha256"` // the warm box's launcher source, compiled into every image
 }
 
 // addKey is an Add without where the files came from: the same content
@@ -271,6 +299,7 @@ func (r *Recipe) Key(arch, baseDigest, sourcesSHA256 string) (string, error) {
 		Builder: BuilderVersion, Name: r.Name, BaseDigest: baseDigest, Suite: r.Suite, Sources: sourcesSHA256,
 		Apt: sortedSet(r.Apt), Strip: strip, Check: r.Check, Warm: r.Warm, Preload: r.Preload, Main: r.Main,
 		Wheels: r.Wheels, Epoch: r.SourceDateEpoch, Launcher: launcher.SourceSHA256(),
+		Pip: r.Pip, Requirements: r.Requirements, Index: r.Index,
 	}
 	if arch != archs.X86_64 {
 		in.Arch = arch

@@ -32,6 +32,12 @@ type build struct {
 	warmFiles int // in WarmList
 	warmBytes int64
 
+	// thirdParty: the tree holds (or will) Python code from outside
+	// Debian, so its Python runs in a build jail only (see python3).
+	thirdParty bool
+	indexed    []IndexPackage // what pip installed
+	imports    [][2]string    // their top-level modules: distribution, module
+
 	arch      string   // the architecture built for (Builder.Arch)
 	stripList []string // the recipe's strip list for arch (Strip.For)
 }
@@ -62,6 +68,10 @@ var steps = []step{
 		}},
 	{"wheels", func(bd *build) bool { return len(bd.r.Wheels) > 0 }, (*build).installWheels,
 		func(bd *build) string { return strconv.Itoa(len(bd.r.Wheels)) + " pure-Python wheels, no network" }},
+	{"pip", func(bd *build) bool { return bd.r.usesIndex() }, (*build).pipInstall,
+		func(bd *build) string {
+			return "pip resolves " + strconv.Itoa(len(bd.r.Pip)+len(bd.r.Requirements)) + " requirement(s) for the image's Python, binary wheels only, in a jail"
+		}},
 	{"add", func(bd *build) bool { return len(bd.r.Adds) > 0 }, (*build).copyAdds,
 		func(bd *build) string { return strconv.Itoa(len(bd.r.Adds)) + " local files or directories" }},
 	{"compile", always, (*build).compile,
@@ -114,6 +124,7 @@ func (b *Builder) newBuild(r *Recipe, base *baseImage, key, sources string, p *p
 	return &build{
 		b: b, r: r, arch: arch, stripList: strip, base: base, key: key, sources: sourcesPath, p: p, work: work, log: log, logPath: logPath,
 		tree: filepath.Join(work, "tree"), image: filepath.Join(work, ImageFile),
+		thirdParty: (base != nil && base.ThirdParty) || len(r.Wheels) > 0 || r.usesIndex(),
 	}, nil
 }
 
@@ -187,8 +198,18 @@ func (bd *build) bootstrap(ctx context.Context) error {
 	return bd.mmdebstrap(ctx, bootstrapArgs(bd.tree, bd.sources, debianArch(bd.arch), bd.r.Apt))
 }
 
-// aptLayer installs the recipe's packages into the base's tree.
+// aptLayer installs the recipe's packages into the base's tree. Debian's
+// maintainer scripts run Python as root (py3compile): on a base that
+// holds code from outside Debian, its site directories are set aside
+// meanwhile, so that none of their .pth files runs.
 func (bd *build) aptLayer(ctx context.Context) error {
+	if bd.base != nil && bd.base.ThirdParty {
+		restore, err := bd.setAside("usr/local/lib/python3*/dist-packages")
+		defer restore()
+		if err != nil {
+			return err
+		}
+	}
 	return bd.mmdebstrap(ctx, layerArgs(bd.tree, bd.sources, debianArch(bd.arch)),
 		"PYBOX_APT="+strings.Join(bd.r.Apt, " "), "PYBOX_STRIPPED="+strings.Join(bd.base.Stripped, " "))
 }
@@ -310,4 +331,30 @@ func (bd *build) copyAdds(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// setAside moves the tree's directories matching glob out of the tree
+// until restore puts them back.
+func (bd *build) setAside(glob string) (restore func(), err error) {
+	type moved struct{ from, to string }
+	var done []moved
+	restore = func() {
+		for _, m := range done {
+			if err := os.Rename(m.to, m.from); err != nil {
+				bd.p.Say("%v", err)
+			}
+		}
+	}
+	dirs, err := filepath.Glob(filepath.Join(bd.tree, glob))
+	if err != nil {
+		return restore, err
+	}
+	for i, d := range dirs {
+		to := filepath.Join(bd.work, "aside-"+strconv.Itoa(i))
+		if err := os.Rename(d, to); err != nil {
+			return restore, err
+		}
+		done = append(done, moved{d, to})
+	}
+	return restore, nil
 }

@@ -32,17 +32,23 @@ var ErrNotBuilt = errors.New("image: not built")
 
 // Meta is meta.json: what an image is and how it was made.
 type Meta struct {
-	Name         string    `json:"name"`
-	Digest       string    `json:"digest"`
-	Size         int64     `json:"size"`
-	Base         *BaseRef  `json:"base,omitempty"`
-	RecipeHash   string    `json:"recipe_hash"`
-	Python       string    `json:"python"`
-	Suite        string    `json:"suite"` // the Debian suite it was built from ("" for images built before pybox recorded it)
-	Arch         string    `json:"arch"`  // the architecture it is built for (archs.All); none in the meta.json of an image built before pybox recorded it, which is x86_64's (readMeta fills it in)
-	Main         []Package `json:"main_packages"`
-	AptPackages  []string  `json:"apt_packages"`
-	Wheels       []Wheel   `json:"wheels"`
+	Name        string    `json:"name"`
+	Digest      string    `json:"digest"`
+	Size        int64     `json:"size"`
+	Base        *BaseRef  `json:"base,omitempty"`
+	RecipeHash  string    `json:"recipe_hash"`
+	Python      string    `json:"python"`
+	Suite       string    `json:"suite"` // the Debian suite it was built from ("" for images built before pybox recorded it)
+	Arch        string    `json:"arch"`  // the architecture it is built for (archs.All); none in the meta.json of an image built before pybox recorded it, which is x86_64's (readMeta fills it in)
+	Main        []Package `json:"main_packages"`
+	AptPackages []string  `json:"apt_packages"`
+	Wheels      []Wheel   `json:"wheels"`
+	// IndexPackages are the distributions pip installed from an index.
+	IndexPackages []IndexPackage `json:"index_packages,omitempty"`
+	// ThirdParty says the image holds Python code from outside Debian
+	// (wheels, packages from an index), its own or a base's: a build on
+	// it runs Python in a build jail only, never as root.
+	ThirdParty   bool      `json:"third_party,omitempty"`
 	BuiltAt      time.Time `json:"built_at"`
 	BuildSeconds float64   `json:"build_seconds"`
 	TreeBytes    int64     `json:"tree_bytes"`

@@ -71,18 +71,21 @@ func (bd *build) warm(ctx context.Context) error {
 	for _, m := range bd.preload() {
 		code += "\nimport " + m
 	}
-	proc := filepath.Join(bd.tree, "proc")
-	if err := mountProc(proc); err != nil {
-		return err
+	if !bd.thirdParty {
+		// The jail mounts its own.
+		proc := filepath.Join(bd.tree, "proc")
+		if err := mountProc(proc); err != nil {
+			return err
+		}
+		defer detach(proc)
 	}
-	defer detach(proc)
 	env := bd.chrootEnv("HOME=/tmp", "MPLCONFIGDIR=/tmp/.config/matplotlib", "MPLBACKEND=Agg", "OPENBLAS_NUM_THREADS=1", "PYBOX_WARM="+code)
 	var files []string
-	err := bd.inTree(ctx, func(l string) {
+	err := bd.python3(ctx, func(l string) {
 		if p, ok := strings.CutPrefix(l, "WARM "); ok {
 			files = append(files, p)
 		}
-	}, env, "/usr/bin/python3", "-I", "-c", warmScript)
+	}, env, []string{"/tmp/.config"}, "-I", "-c", warmScript)
 	if err != nil {
 		return fmt.Errorf("warm code %q: %w", code, err)
 	}

@@ -35,28 +35,38 @@ var scriptName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.+-]*$`)
 // wheel is an opened, checked wheel.
 type wheel struct {
 	path     string
+	what     string // how messages name it: "--wheel PATH", or the index's file name
+	binary   bool   // chosen by pip for the image: any tags, compiled code
 	dist     string // distribution name as in the file name
 	version  string
 	distInfo string // NAME-VERSION.dist-info
 	zr       *zip.ReadCloser
 }
 
-// openWheel opens a wheel and checks it: a pure-Python wheel (platform
-// "any", abi "none", Root-Is-Purelib true, no compiled code), with safe
-// member names, no links, and every file matching its RECORD hash.
+// openWheel opens a wheel given with --wheel and checks it: a
+// pure-Python wheel (platform "any", abi "none", Root-Is-Purelib true, no
+// compiled code), with safe member names, no links, and every file
+// matching its RECORD hash.
 func openWheel(p string) (*wheel, error) {
+	return openAnyWheel(p, "--wheel "+p, false)
+}
+
+// openAnyWheel opens a wheel and checks it as openWheel does; a binary
+// one (pip chose it for the image's Python and platform) may hold
+// compiled code and be tagged for them.
+func openAnyWheel(p, what string, binary bool) (*wheel, error) {
 	base := path.Base(p)
 	m := wheelFile.FindStringSubmatch(base)
 	if m == nil {
-		return nil, fmt.Errorf("image: --wheel %s: not a wheel file name (NAME-VERSION-PY-ABI-PLATFORM.whl)", p)
+		return nil, fmt.Errorf("image: %s: not a wheel file name (NAME-VERSION-PY-ABI-PLATFORM.whl)", what)
 	}
-	w := &wheel{path: p, dist: m[1], version: m[2]}
-	if abi, plat := m[5], m[6]; abi != "none" || plat != "any" {
+	w := &wheel{path: p, what: what, binary: binary, dist: m[1], version: m[2]}
+	if abi, plat := m[5], m[6]; !binary && (abi != "none" || plat != "any") {
 		return nil, notPure(p, fmt.Sprintf("its tags say abi %s, platform %s", abi, plat))
 	}
 	zr, err := zip.OpenReader(p)
 	if err != nil {
-		return nil, fmt.Errorf("image: --wheel %s: %w", p, err)
+		return nil, fmt.Errorf("image: %s: %w", what, err)
 	}
 	w.zr = zr
 	if err := w.check(); err != nil {
@@ -76,27 +86,27 @@ func (w *wheel) check() error {
 	infos := map[string]bool{}
 	for _, f := range w.zr.File {
 		if err := checkMember(f); err != nil {
-			return fmt.Errorf("image: --wheel %s: %w", w.path, err)
+			return fmt.Errorf("image: %s: %w", w.what, err)
 		}
 		top, _, _ := strings.Cut(f.Name, "/")
 		if strings.HasSuffix(top, ".dist-info") {
 			infos[top] = true
 		}
-		if ext := path.Ext(f.Name); ext == ".so" || ext == ".pyd" || ext == ".dylib" {
+		if ext := path.Ext(f.Name); !w.binary && (ext == ".so" || ext == ".pyd" || ext == ".dylib") {
 			return notPure(w.path, "it holds compiled code: "+f.Name)
 		}
 	}
 	if len(infos) != 1 {
-		return fmt.Errorf("image: --wheel %s: %d .dist-info directories; a wheel has exactly one", w.path, len(infos))
+		return fmt.Errorf("image: %s: %d .dist-info directories; a wheel has exactly one", w.what, len(infos))
 	}
 	for k := range infos {
 		w.distInfo = k
 	}
 	meta, err := w.read(w.distInfo + "/WHEEL")
 	if err != nil {
-		return fmt.Errorf("image: --wheel %s: %w", w.path, err)
+		return fmt.Errorf("image: %s: %w", w.what, err)
 	}
-	if !bytes.Contains(bytes.ToLower(meta), []byte("root-is-purelib: true")) {
+	if !w.binary && !bytes.Contains(bytes.ToLower(meta), []byte("root-is-purelib: true")) {
 		return notPure(w.path, "its WHEEL file does not say Root-Is-Purelib: true")
 	}
 	return w.checkRecord()
@@ -135,11 +145,11 @@ func (w *wheel) read(name string) ([]byte, error) {
 func (w *wheel) checkRecord() error {
 	rec, err := w.read(w.distInfo + "/RECORD")
 	if err != nil {
-		return fmt.Errorf("image: --wheel %s: %w", w.path, err)
+		return fmt.Errorf("image: %s: %w", w.what, err)
 	}
 	rows, err := csv.NewReader(bytes.NewReader(rec)).ReadAll()
 	if err != nil {
-		return fmt.Errorf("image: --wheel %s: RECORD: %w", w.path, err)
+		return fmt.Errorf("image: %s: RECORD: %w", w.what, err)
 	}
 	hashes := map[string]string{}
 	for _, row := range rows {
@@ -153,14 +163,14 @@ func (w *wheel) checkRecord() error {
 		}
 		want, ok := hashes[f.Name]
 		if !ok {
-			return fmt.Errorf("image: --wheel %s: %s is not in RECORD: the wheel was altered or is broken", w.path, f.Name)
+			return fmt.Errorf("image: %s: %s is not in RECORD: the wheel was altered or is broken", w.what, f.Name)
 		}
 		got, err := memberHash(f)
 		if err != nil {
-			return fmt.Errorf("image: --wheel %s: %s: %w", w.path, f.Name, err)
+			return fmt.Errorf("image: %s: %s: %w", w.what, f.Name, err)
 		}
 		if want != got {
-			return fmt.Errorf("image: --wheel %s: %s does not match its RECORD hash: the wheel was altered or is broken", w.path, f.Name)
+			return fmt.Errorf("image: %s: %s does not match its RECORD hash: the wheel was altered or is broken", w.what, f.Name)
 		}
 	}
 	return nil
@@ -223,11 +233,11 @@ func (w *wheel) install(root *os.Root, s wheelScheme) error {
 			case "headers":
 				dest = s.headers + "/" + w.dist + "/" + sub
 			default:
-				return fmt.Errorf("image: --wheel %s: unknown data directory %s", w.path, f.Name)
+				return fmt.Errorf("image: %s: unknown data directory %s", w.what, f.Name)
 			}
 		}
 		if err := installMember(root, f, dest, script); err != nil {
-			return fmt.Errorf("image: --wheel %s: %w", w.path, err)
+			return fmt.Errorf("image: %s: %w", w.what, err)
 		}
 	}
 	if err := w.writeEntryPoints(root, s); err != nil {
@@ -281,12 +291,12 @@ func (w *wheel) writeEntryPoints(root *os.Root, s wheelScheme) error {
 		mod, attr, ok2 := strings.Cut(strings.TrimSpace(target), ":")
 		mod, attr = strings.TrimSpace(mod), strings.TrimSpace(attr)
 		if !ok || !ok2 || !scriptName.MatchString(name) || !dottedName.MatchString(mod) || !dottedName.MatchString(attr) {
-			return fmt.Errorf("image: --wheel %s: entry point %q is not NAME = module:attr", w.path, line)
+			return fmt.Errorf("image: %s: entry point %q is not NAME = module:attr", w.what, line)
 		}
 		head, _, _ := strings.Cut(attr, ".")
 		launcher := fmt.Sprintf("#!/usr/bin/python3\nimport sys\nfrom %s import %s\nif __name__ == \"__main__\":\n    sys.exit(%s())\n", mod, head, attr)
 		if err := writeNew(root, s.scripts+"/"+name, []byte(launcher), 0o755); err != nil {
-			return fmt.Errorf("image: --wheel %s: %w", w.path, err)
+			return fmt.Errorf("image: %s: %w", w.what, err)
 		}
 	}
 	return sc.Err()
