@@ -33,7 +33,7 @@ func (bd *build) inJail(ctx context.Context, j jailRun, path string, args ...str
 	if j.network {
 		net = "network"
 	}
-	fmt.Fprintf(bd.log, "\n$ (jail: uid %d, %s, writable %s) %s %s\n", buildUser, net, writableList(j.binds), path, strings.Join(args, " "))
+	fmt.Fprintf(bd.log, "\n$ (jail: uid %d, %s, writable %s) %s %s\n", buildUser, net, writableList(j.binds), path, strings.Join(redactArgs(args), " "))
 	started, waited := make(chan error, 1), make(chan error, 1)
 	go func() {
 		// The program's parent-death signal is tied to the thread

@@ -80,7 +80,7 @@ func (bd *build) meta() (*Meta, error) {
 		Name: bd.r.Name, Digest: digest, Size: fi.Size(), RecipeHash: bd.key, Python: bd.pyver, Suite: bd.r.Suite, Arch: bd.arch,
 		Main: mainPackages(bd.r, bd.base, installed), AptPackages: bd.r.Apt, Wheels: bd.r.Wheels,
 		BuiltAt: time.Now().UTC().Truncate(time.Second), TreeBytes: bd.size, Builder: BuilderVersion,
-		Recipe: *bd.r, Checks: bd.checks(), Packages: installed,
+		Recipe: bd.r.redacted(), Checks: bd.checks(), Packages: installed,
 		WarmFiles: bd.warmFiles, WarmBytes: bd.warmBytes, Preload: slices.Clone(bd.preload()),
 		IndexPackages: bd.indexed, ThirdParty: bd.thirdParty,
 	}

@@ -522,3 +522,32 @@ func pipRequested(specs []string, name string) bool {
 	}
 	return false
 }
+
+// redacted is r without an index's credentials, for meta.json: an image
+// exported to someone else must not carry them.
+func (r *Recipe) redacted() Recipe {
+	out := *r
+	if r.Index != nil {
+		ix := *r.Index
+		ix.URL = redact(ix.URL)
+		ix.Extra = slices.Clone(ix.Extra)
+		for i := range ix.Extra {
+			ix.Extra[i] = redact(ix.Extra[i])
+		}
+		ix.FindLinks = slices.Clone(ix.FindLinks)
+		for i := range ix.FindLinks {
+			ix.FindLinks[i] = redact(ix.FindLinks[i])
+		}
+		out.Index = &ix
+	}
+	return out
+}
+
+// redactArgs is args with every URL's credentials dropped, for the log.
+func redactArgs(args []string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		out[i] = redact(a)
+	}
+	return out
+}

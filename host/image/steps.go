@@ -199,12 +199,14 @@ func (bd *build) bootstrap(ctx context.Context) error {
 }
 
 // aptLayer installs the recipe's packages into the base's tree. Debian's
-// maintainer scripts run Python as root (py3compile): on a base that
-// holds code from outside Debian, its site directories are set aside
-// meanwhile, so that none of their .pth files runs.
+// maintainer scripts run as root, Python among them (py3compile), with
+// /usr/local/bin first on their PATH: on a base that holds code from
+// outside Debian (which lives under /usr/local: site directory, scripts,
+// a wheel's data files), all of /usr/local is set aside meanwhile, so
+// that none of it runs.
 func (bd *build) aptLayer(ctx context.Context) error {
 	if bd.base != nil && bd.base.ThirdParty {
-		restore, err := bd.setAside("usr/local/lib/python3*/dist-packages")
+		restore, err := bd.setAside("usr/local/*")
 		defer restore()
 		if err != nil {
 			return err
@@ -340,6 +342,7 @@ func (bd *build) setAside(glob string) (restore func(), err error) {
 	var done []moved
 	restore = func() {
 		for _, m := range done {
+			os.Remove(m.from) // an empty directory dpkg made again meanwhile
 			if err := os.Rename(m.to, m.from); err != nil {
 				bd.p.Say("%v", err)
 			}
