@@ -46,13 +46,13 @@ type benchKnobs struct {
 	PandasAlt int `json:"pandas_alt"` // BENCH_PANDAS_RUNS: pandas samples per alternative
 	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program in each series, warm and cold
 	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
-	// boots, vm, warm, data, memory, hardening, arm64, relay, outdir,
-	// jail, agents); empty runs them all.
+	// boots, vm, warm, data, packages, memory, hardening, arm64, relay,
+	// outdir, jail, agents); empty runs them all.
 	Only string `json:"only,omitempty"`
 }
 
 // benchParts are the bench's parts, in the order they run.
-var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "memory", "hardening", "arm64", "relay", "outdir", "jail", "agents"}
+var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "packages", "memory", "hardening", "arm64", "relay", "outdir", "jail", "agents"}
 
 // runs says whether the part is in this run.
 func (k benchKnobs) runs(part string) bool {
@@ -200,7 +200,7 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 	parts := map[string]func(*testing.B, *benchReport, benchKnobs){
-		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay, "outdir": benchOutdir, "jail": benchJail, "agents": benchAgents,
+		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "packages": benchPackages, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay, "outdir": benchOutdir, "jail": benchJail, "agents": benchAgents,
 	}
 	for _, p := range benchParts {
 		if k.runs(p) {
@@ -900,6 +900,7 @@ func markdown(r *benchReport) string {
 		{"goals", "Goal figures (reported, not asserted) and where the time goes"},
 		{"warm", "Warm boxes against cold boxes (--warm 0), the same calls on two VMs taking turns"},
 		{"data", "Data folders: the first call on a large one, and reading from one"},
+		{"packages", "A binary wheel from a package index (image build --pip) beside numpy from Debian's packages: import, warm and cold (--warm 0), two VMs taking turns"},
 		{"pybox", "PyBox paths and programs"},
 		{"growth", "Growth with input and output size (tools/call round trip)"},
 		{"drift", "Long VM life and throughput"},
