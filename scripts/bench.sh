@@ -10,7 +10,9 @@
 # BENCH_WARM_RUNS (each warm and cold call: after a 2 s think, back to back,
 # and, warm, with the box ready; 3),
 # BENCH_ONLY (a comma-separated subset of alternatives, boots, vm, warm,
-# data, memory, hardening, arm64: the arm64 guest emulated by QEMU beside
+# data, packages: a wheel from a loopback package index (image build --pip)
+# beside numpy from Debian, imported warm and cold; memory, hardening,
+# arm64: the arm64 guest emulated by QEMU beside
 # this host's, which needs `make ARCH=arm64` and its stdlib image, as
 # `make bench` builds them; relay: the host's round trip beside the code
 # before the relay became a router of framed bytes, BENCH_BEFORE, built
