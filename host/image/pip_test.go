@@ -181,8 +181,8 @@ func TestWheelTopLevel(t *testing.T) {
 		want  string
 	}{
 		{map[string]string{"pbxc/__init__.py": "", "pbxc/_pbxc.abi3.so": "elf", "tests/test_x.py": "", "_pbxc_helper.cpython-313-x86_64-linux-gnu.so": "elf",
-			"single.py": "", di + "top_level.txt": "\n"}, "_pbxc_helper pbxc single"},
-		{map[string]string{"pbxc/__init__.py": "", di + "top_level.txt": "pbxc\nother\n"}, "other pbxc"},
+			"single.py": "", "pbxc-hook.pth": "import pbxc", di + "top_level.txt": "\n"}, "_pbxc_helper pbxc single"},
+		{map[string]string{"pbxc/__init__.py": "", "other.py": "", "pbxc.pth": "import pbxc", di + "top_level.txt": "pbxc\nother\nnot_here\npbxc.pth\n"}, "other pbxc"},
 	} {
 		c.files[di+"METADATA"] = "Metadata-Version: 2.1\nName: pbxc\nVersion: 1.0\n"
 		c.files[di+"WHEEL"] = "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp311-abi3-manylinux_2_17_x86_64\n"

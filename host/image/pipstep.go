@@ -73,7 +73,7 @@ func (bd *build) pipInstall(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	common := append([]string{"-I", pip}, "--only-binary=:all:", "--progress-bar", "off", "--cache-dir", pipDir+"/cache")
+	common := append(pipPython(pip, minor), "--only-binary=:all:", "--progress-bar", "off", "--cache-dir", pipDir+"/cache")
 	common = append(common, bd.r.Index.args()...)
 	if bd.r.Index.RequireHashes {
 		common = append(common, "--require-hashes")
@@ -89,8 +89,8 @@ func (bd *build) pipInstall(ctx context.Context) error {
 			bd.p.Status("%s", shorten(l, 70))
 		}
 	}
-	args := append(slices.Clone(common[:2]), "install", "--dry-run", "--break-system-packages", "-vv", "--report", pipDir+"/report.json")
-	args = append(append(append(args, common[2:]...), reqArgs...), bd.r.Pip...)
+	args := append(slices.Clone(common[:pipPythonArgs]), "install", "--dry-run", "--break-system-packages", "-vv", "--report", pipDir+"/report.json")
+	args = append(append(append(args, common[pipPythonArgs:]...), reqArgs...), bd.r.Pip...)
 	if err := bd.inJail(ctx, j, "/usr/bin/python3", args...); err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -124,8 +124,8 @@ func (bd *build) pipInstall(ctx context.Context) error {
 		return err
 	}
 	lines = nil
-	args = append(slices.Clone(common[:2]), "download", "--no-deps", "--require-hashes", "-d", pipDir+"/wheels")
-	args = append(append(args, common[2:]...), "-r", pipDir+"/pinned.txt")
+	args = append(slices.Clone(common[:pipPythonArgs]), "download", "--no-deps", "--require-hashes", "-d", pipDir+"/wheels")
+	args = append(append(args, common[pipPythonArgs:]...), "-r", pipDir+"/pinned.txt")
 	if err := bd.inJail(ctx, j, "/usr/bin/python3", args...); err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -174,6 +174,33 @@ func (bd *build) pipInstall(ctx context.Context) error {
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// pipPython is how python3 runs pip, the arguments before pip's own: no
+// site module (-S), so that no .pth file of a site directory runs (a
+// base's packages from an index are there, and this jail has the
+// network), and the site directories appended after the standard
+// library, so that pip still sees what is installed and nothing there
+// can stand in for a module of the standard library.
+func pipPython(pip, minor string) []string {
+	sites := []string{"/usr/local/lib/python" + minor + "/dist-packages", "/usr/lib/python3/dist-packages", "/usr/lib/python" + minor + "/dist-packages"}
+	code := fmt.Sprintf("import sys, runpy; sys.path += %s; sys.argv[0] = 'pip'; runpy.run_path(%s, run_name='__main__')", pyList(sites), pyString(pip))
+	return []string{"-I", "-S", "-c", code}
+}
+
+// pipPythonArgs is how many arguments pipPython gives.
+const pipPythonArgs = 4
+
+// pyString is s as a Python string literal (s holds no quote or
+// backslash: a path the build made).
+func pyString(s string) string { return "'" + s + "'" }
+
+func pyList(s []string) string {
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = pyString(v)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
 
 // hostCABundle is this machine's certificate bundle: pip trusts what the
 // machine trusts (a company's proxy, say), not only its own list.
@@ -233,7 +260,9 @@ func (bd *build) pipJail(work string) (jailRun, func(), error) {
 		}
 		binds = append(binds, jail.Bind{Host: f, Jail: f})
 	}
-	env := bd.chrootEnv("HOME="+pipDir+"/home", "PIP_CONFIG_FILE=/dev/null", "PIP_NO_INPUT=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_COLOR=1")
+	// No keyring: it would be imported from the site directories.
+	env := bd.chrootEnv("HOME="+pipDir+"/home", "PIP_CONFIG_FILE=/dev/null", "PIP_NO_INPUT=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_COLOR=1",
+		"PIP_KEYRING_PROVIDER=disabled")
 	for _, v := range os.Environ() {
 		name, _, _ := strings.Cut(v, "=")
 		if slices.Contains(proxyVars, strings.ToLower(name)) {
@@ -432,30 +461,38 @@ func firstFew(s []string) []string {
 }
 
 // topLevel lists the modules a wheel puts at the top of the site
-// directory: its top_level.txt, else what its files say. Directories
-// of tests and examples some wheels ship there are left out.
+// directory: those of its top_level.txt that it has files for, else
+// what its files say (a package directory, a .py or an extension
+// module). Directories of tests and examples some wheels ship there are
+// left out.
 func (w *wheel) topLevel() []string {
+	dataDir := strings.TrimSuffix(w.distInfo, ".dist-info") + ".data/"
+	roots := map[string]bool{}
+	for _, f := range w.zr.File {
+		if strings.HasPrefix(f.Name, w.distInfo+"/") || strings.HasPrefix(f.Name, dataDir) {
+			continue
+		}
+		top, rest, dir := strings.Cut(f.Name, "/")
+		switch {
+		case dir && rest != "":
+			roots[top] = true
+		case strings.HasSuffix(top, ".py") || strings.HasSuffix(top, ".so"):
+			name, _, _ := strings.Cut(top, ".")
+			roots[name] = true
+		}
+	}
 	var names []string
 	if b, err := w.read(w.distInfo + "/top_level.txt"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
-			names = append(names, strings.TrimSpace(strings.ReplaceAll(l, "/", ".")))
+			l = strings.TrimSpace(l)
+			if first, _, _ := strings.Cut(l, "/"); l != "" && roots[first] {
+				names = append(names, strings.ReplaceAll(l, "/", "."))
+			}
 		}
 	}
-	if len(slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s == "" })) == 0 {
-		names = nil
-		dataDir := strings.TrimSuffix(w.distInfo, ".dist-info") + ".data/"
-		for _, f := range w.zr.File {
-			if strings.HasPrefix(f.Name, w.distInfo+"/") || strings.HasPrefix(f.Name, dataDir) {
-				continue
-			}
-			top, rest, dir := strings.Cut(f.Name, "/")
-			if !dir && !strings.HasSuffix(top, ".py") && !strings.HasSuffix(top, ".so") {
-				continue
-			}
-			if !dir || rest == "" {
-				top, _, _ = strings.Cut(top, ".")
-			}
-			names = append(names, top)
+	if len(names) == 0 {
+		for r := range roots {
+			names = append(names, r)
 		}
 	}
 	var mods []string
