@@ -109,23 +109,35 @@ func (bd *build) pipInstall(ctx context.Context) error {
 		bd.p.Say("pip: everything asked for is in the image already (its Debian packages): nothing to install")
 		return nil
 	}
-	var pinned []string
+	// Each file by its URL, and by its hash where pip reported one (an
+	// older pip, Debian 12's, reports none when the index gives none:
+	// then PyBox takes the hash of what it downloaded).
+	hashed := true
 	for _, it := range rep.Install {
-		u, sum := it.DownloadInfo.URL, it.DownloadInfo.ArchiveInfo.Hashes["sha256"]
+		u := it.DownloadInfo.URL
 		if !strings.HasSuffix(strings.SplitN(u, "#", 2)[0], ".whl") {
 			return fmt.Errorf("pip chose %s %s from %s, which is not a wheel; only binary wheels install", it.Metadata.Name, it.Metadata.Version, redact(u))
 		}
-		if !sha256Hex.MatchString(sum) {
-			return fmt.Errorf("pip reported no sha256 for %s (%s)", it.Metadata.Name, redact(u))
+		hashed = hashed && sha256Hex.MatchString(it.DownloadInfo.ArchiveInfo.Hashes["sha256"])
+	}
+	var pinned []string
+	for _, it := range rep.Install {
+		line := it.Metadata.Name + " @ " + it.DownloadInfo.URL
+		if hashed {
+			line += " --hash=sha256:" + it.DownloadInfo.ArchiveInfo.Hashes["sha256"]
 		}
-		pinned = append(pinned, fmt.Sprintf("%s @ %s --hash=sha256:%s", it.Metadata.Name, u, sum))
+		pinned = append(pinned, line)
 	}
 	if err := os.WriteFile(filepath.Join(work, "pinned.txt"), []byte(strings.Join(pinned, "\n")+"\n"), 0o644); err != nil {
 		return err
 	}
 	lines = nil
-	args = append(slices.Clone(common[:pipPythonArgs]), "download", "--no-deps", "--require-hashes", "-d", pipDir+"/wheels")
-	args = append(append(args, common[pipPythonArgs:]...), "-r", pipDir+"/pinned.txt")
+	args = append(slices.Clone(common[:pipPythonArgs]), "download", "--no-deps", "-d", pipDir+"/wheels")
+	args = append(args, slices.DeleteFunc(slices.Clone(common[pipPythonArgs:]), func(a string) bool { return a == "--require-hashes" })...)
+	if hashed {
+		args = append(args, "--require-hashes")
+	}
+	args = append(args, "-r", pipDir+"/pinned.txt")
 	if err := bd.inJail(ctx, j, "/usr/bin/python3", args...); err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -149,7 +161,9 @@ func (bd *build) pipInstall(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("pip downloaded no %s: %w", file, err)
 		}
-		if got != sum {
+		if sum == "" {
+			sum = got
+		} else if got != sum {
 			return fmt.Errorf("%s: its sha256 is %s, pip reported %s: the file changed between pip's two passes", file, got, sum)
 		}
 		wh, err := openAnyWheel(local, file+" (from "+redact(u)+")", true)
