@@ -119,6 +119,9 @@ func TestPipSource(t *testing.T) {
 			t.Errorf("source(%s) = %q, want %q", url, got, want)
 		}
 	}
+	if got := ix.hostURL("file://" + pipDir + "/links/0/c-1.0-py3-none-any.whl"); got != "file:///home/me/wheels/c-1.0-py3-none-any.whl" {
+		t.Errorf("a --find-links file's URL here: %q", got)
+	}
 	if got := (&PipIndex{}).source("https://files.pythonhosted.org/packages/x.whl"); got != pypi {
 		t.Errorf("a file of PyPI's: %q", got)
 	}

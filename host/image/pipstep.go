@@ -181,7 +181,7 @@ func (bd *build) pipInstall(ctx context.Context) error {
 			return err
 		}
 		bd.indexed = append(bd.indexed, IndexPackage{Name: it.Metadata.Name, Version: it.Metadata.Version, Wheel: file, SHA256: sum,
-			URL: redact(u), Index: bd.r.Index.source(u)})
+			URL: bd.r.Index.hostURL(u), Index: bd.r.Index.source(u)})
 		bd.p.Status("%d/%d installed: %s %s", i+1, len(rep.Install), it.Metadata.Name, it.Metadata.Version)
 	}
 	return nil
@@ -348,6 +348,17 @@ func (ix *PipIndex) source(fileURL string) string {
 		return all[0]
 	}
 	return strings.Join(all, " or ")
+}
+
+// hostURL is a file's URL as this machine knows it: a --find-links
+// directory's file by its path here, not in the jail; no credentials.
+func (ix *PipIndex) hostURL(fileURL string) string {
+	for i, d := range ix.FindLinks {
+		if rest, ok := strings.CutPrefix(fileURL, "file://"+pipDir+"/links/"+strconv.Itoa(i)+"/"); ok && !isURL(d) {
+			return (&url.URL{Scheme: "file", Path: filepath.Join(d, rest)}).String()
+		}
+	}
+	return redact(fileURL)
 }
 
 func orDefault(s, or string) string {
