@@ -579,6 +579,8 @@ func TestImageFromPackageIndex(t *testing.T) {
 		}
 	})
 
+	ix.add(t, wheelSpec{name: "pbxbad", version: "1.0", tag: "py3-none-any", purelib: true,
+		files: map[string][]byte{"pbxbad/__init__.py": []byte("raise RuntimeError('pbxbad cannot start here')\n")}})
 	reqs := filepath.Join(t.TempDir(), "requirements.txt")
 	if err := os.WriteFile(reqs, []byte("pbxb==2.0 --hash=sha256:"+strings.Repeat("0", 64)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -591,6 +593,7 @@ func TestImageFromPackageIndex(t *testing.T) {
 	}{
 		{"a source distribution only", "srconly", []string{"--pip", "pbxsrc", "--index-url", ix.URL}, []string{"pbxsrc", "source distribution"}, "/simple/pbxsrc/"},
 		{"a hash that does not match", "badhash", []string{"--require-hashes", "--requirements", reqs, "--index-url", ix.URL}, []string{"hash", "pbxb"}, "/simple/pbxb/"},
+		{"a module that does not import", "badimport", []string{"--pip", "pbxbad", "--index-url", ix.URL}, []string{"pbxbad", "runtimeerror: pbxbad cannot start here"}, "/simple/pbxbad/"},
 		{"an unreachable index", "noindex", []string{"--pip", "pbxa", "--index-url", "http://127.0.0.1:1/simple/"}, []string{"http://127.0.0.1:1/simple/"}, ""},
 	} {
 		t.Run("fails: "+c.name, func(t *testing.T) {
