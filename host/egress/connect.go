@@ -399,8 +399,10 @@ func (h *Head) checkFields() error {
 // OriginForm is the head to send to the server of a plain-HTTP request:
 // the request line in origin form (METHOD /path?query HTTP/1.x), then the
 // fields as read, without those for the proxy (every Proxy-* field:
-// Proxy-Authorization, Proxy-Connection, ...), and a Host field first if
-// the request had none. It is nil for a CONNECT.
+// Proxy-Authorization, Proxy-Connection, ...) and without Connection and
+// Keep-Alive, a Host field first if the request had none, and
+// Connection: close last: one request a connection. It is nil for a
+// CONNECT.
 func (h *Head) OriginForm() []byte {
 	if h.Method == "CONNECT" {
 		return nil
@@ -422,12 +424,15 @@ func (h *Head) OriginForm() []byte {
 		b.WriteString("Host: " + host + "\r\n")
 	}
 	for _, f := range h.Header {
-		if len(f.Name) >= 6 && strings.EqualFold(f.Name[:6], "Proxy-") {
+		if len(f.Name) >= 6 && strings.EqualFold(f.Name[:6], "Proxy-") ||
+			strings.EqualFold(f.Name, "Connection") || strings.EqualFold(f.Name, "Keep-Alive") {
 			continue
 		}
 		b.WriteString(f.Name + ": " + f.Value + "\r\n")
 	}
-	b.WriteString("\r\n")
+	// One request a connection: the next request's head would reach the
+	// server unread by the gate.
+	b.WriteString("Connection: close\r\n\r\n")
 	return []byte(b.String())
 }
 

@@ -73,7 +73,7 @@ func TestReadRequestHeadHTTP(t *testing.T) {
 	if !reflect.DeepEqual(h, want) {
 		t.Fatalf("got %+v\nwant %+v", h, want)
 	}
-	origin := "POST /v1/items?x=1&y=%20 HTTP/1.1\r\nHost: api.example.com:8080\r\nContent-Length: 4\r\nX-Empty: \r\nAccept: */*\r\n\r\n"
+	origin := "POST /v1/items?x=1&y=%20 HTTP/1.1\r\nHost: api.example.com:8080\r\nContent-Length: 4\r\nX-Empty: \r\nAccept: */*\r\nConnection: close\r\n\r\n"
 	if got := string(h.OriginForm()); got != origin {
 		t.Errorf("OriginForm() = %q\nwant %q", got, origin)
 	}
@@ -82,11 +82,12 @@ func TestReadRequestHeadHTTP(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ in, origin string }{
-		{"GET http://example.com HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n"},
-		{"GET HTTP://example.com?q HTTP/1.0\r\nAccept: x\r\n\r\n", "GET /?q HTTP/1.0\r\nHost: example.com\r\nAccept: x\r\n\r\n"},
-		{"HEAD http://[2001:db8::1]:8080/ HTTP/1.1\r\n\r\n", "HEAD / HTTP/1.1\r\nHost: [2001:db8::1]:8080\r\n\r\n"},
-		{"DELETE http://example.com:80/a HTTP/1.1\r\nHost: EXAMPLE.com\r\n\r\n", "DELETE /a HTTP/1.1\r\nHost: EXAMPLE.com\r\n\r\n"},
-		{"PUT http://example.com/a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "PUT /a HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"},
+		{"GET http://example.com HTTP/1.1\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n", "GET / HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"},
+		{"GET http://example.com HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"},
+		{"GET HTTP://example.com?q HTTP/1.0\r\nAccept: x\r\n\r\n", "GET /?q HTTP/1.0\r\nHost: example.com\r\nAccept: x\r\nConnection: close\r\n\r\n"},
+		{"HEAD http://[2001:db8::1]:8080/ HTTP/1.1\r\n\r\n", "HEAD / HTTP/1.1\r\nHost: [2001:db8::1]:8080\r\nConnection: close\r\n\r\n"},
+		{"DELETE http://example.com:80/a HTTP/1.1\r\nHost: EXAMPLE.com\r\n\r\n", "DELETE /a HTTP/1.1\r\nHost: EXAMPLE.com\r\nConnection: close\r\n\r\n"},
+		{"PUT http://example.com/a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "PUT /a HTTP/1.1\r\nHost: example.com\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"},
 	} {
 		h, _, err := readHead(tc.in)
 		if err != nil {

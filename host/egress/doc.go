@@ -39,7 +39,13 @@
 // (lower-case, no trailing dot, IPv6 without brackets), so that two of
 // them are the same host exactly when the strings are equal.
 //
-// The package decides; it does not dial, listen or relay. It imports only
+// A [Gate] puts these together for one call: it serves each connection
+// a box opens (read the head, check the list, resolve, read and check the
+// TLS hello before anything is dialled, dial, relay), within the call's
+// [Limits] on connections, bytes and time, closes them all when the call
+// ends, and keeps a [Record] of each, served or refused, for the
+// receipt. Where the connections come from (the guest channel) is the
+// caller's: a Gate serves any io.ReadWriteCloser. It imports only
 // the standard library: international names are given in their xn--
 // (punycode) form.
 package egress

@@ -1,0 +1,326 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Gate serves a box's connections under the user's list, for one call:
+// each is a proxy request (CONNECT for TLS, an http:// request for plain
+// HTTP) that the gate reads, checks, resolves, dials and then relays,
+// within the call's bounds. Every connection, served or refused, leaves
+// a Record.
+type Gate struct {
+	Allow Allow
+	// Lookup resolves a name on this machine; the system's resolver
+	// when nil.
+	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Dial dials an address; a net.Dialer's when nil.
+	Dial   func(ctx context.Context, network, address string) (net.Conn, error)
+	Limits Limits
+
+	opened  atomic.Int64
+	budget  atomic.Int64 // bytes left, both ways together
+	once    sync.Once
+	mu      sync.Mutex
+	records []Record
+}
+
+// Limits bound one call's connections.
+type Limits struct {
+	Connections int           // in all; DefaultLimits' when 0
+	Bytes       int64         // relayed, both ways, in all
+	Head        time.Duration // to send a request's head and, through a tunnel, the TLS ClientHello
+	Dial        time.Duration // to connect to the server
+}
+
+// DefaultLimits are a call's bounds unless the user sets others.
+var DefaultLimits = Limits{Connections: 256, Bytes: 1 << 30, Head: 10 * time.Second, Dial: 10 * time.Second}
+
+// Record is one connection as the host saw it.
+type Record struct {
+	Host     string `json:"host"`              // as the box named it ("" when its request could not be read)
+	Port     int    `json:"port,omitempty"`    // idem
+	Address  string `json:"address,omitempty"` // the address dialled
+	Kind     string `json:"kind"`              // "tls" (a CONNECT tunnel) or "http"
+	Sent     int64  `json:"sent_bytes"`        // from the box to the server
+	Received int64  `json:"received_bytes"`    // from the server to the box
+	Millis   int64  `json:"duration_ms"`
+	Allowed  bool   `json:"allowed"`
+	// Why says why the connection was refused, or why a served one was
+	// cut short (a bound); empty for one that ran its course.
+	Why string `json:"why,omitempty"`
+}
+
+func (g *Gate) limits() Limits {
+	l := g.Limits
+	if l.Connections == 0 {
+		l.Connections = DefaultLimits.Connections
+	}
+	if l.Bytes == 0 {
+		l.Bytes = DefaultLimits.Bytes
+	}
+	if l.Head == 0 {
+		l.Head = DefaultLimits.Head
+	}
+	if l.Dial == 0 {
+		l.Dial = DefaultLimits.Dial
+	}
+	return l
+}
+
+// Records are the call's connections so far, in the order they ended.
+func (g *Gate) Records() []Record {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]Record(nil), g.records...)
+}
+
+// refusal is a connection refused before anything was relayed: what
+// the box is told (an HTTP status and a line), and why.
+type refusal struct {
+	status int
+	why    string
+}
+
+// Serve serves one connection from the box until it ends, ctx ends, or
+// a bound is reached, then closes box and records it.
+func (g *Gate) Serve(ctx context.Context, box io.ReadWriteCloser) Record {
+	l := g.limits()
+	g.once.Do(func() { g.budget.Store(l.Bytes) })
+	start := time.Now()
+	rec := Record{Kind: "http"}
+	defer func() {
+		box.Close()
+		rec.Millis = time.Since(start).Milliseconds()
+		g.mu.Lock()
+		g.records = append(g.records, rec)
+		g.mu.Unlock()
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { box.Close() })
+	defer stop()
+
+	refuse := func(r refusal) Record {
+		rec.Why = r.why
+		fmt.Fprintf(box, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\npybox: %s\n",
+			r.status, statusText(r.status), len("pybox: ")+len(r.why)+1, r.why)
+		return rec
+	}
+	if n := g.opened.Add(1); n > int64(l.Connections) {
+		return refuse(refusal{429, fmt.Sprintf("this call has opened %d connections, its bound", l.Connections)})
+	}
+	var late atomic.Bool
+	headTimer := time.AfterFunc(l.Head, func() {
+		late.Store(true)
+		box.Close()
+	})
+	br := bufio.NewReader(box)
+	head, err := ReadRequestHead(br)
+	if err != nil {
+		headTimer.Stop()
+		if late.Load() {
+			return refuse(refusal{408, fmt.Sprintf("no whole request head within %v", l.Head)})
+		}
+		return refuse(headRefusal(err))
+	}
+	rec.Host, rec.Port = head.Host, head.Port
+	if head.Method == "CONNECT" {
+		rec.Kind = "tls"
+	}
+	entry, ok := g.Allow.Allows(head.Host, head.Port)
+	if !ok {
+		headTimer.Stop()
+		return refuse(refusal{403, fmt.Sprintf("%s is not on the list of hosts the user opened (%s); only the user can open more, with --allow-net",
+			hostPort(head.Host, head.Port), g.Allow)})
+	}
+	addrs, err := Resolve(ctx, g.lookup(), head.Host, g.Allow)
+	if err != nil {
+		headTimer.Stop()
+		return refuse(refusal{403, err.Error()})
+	}
+	// A tunnel's TLS hello is read and checked before anything is
+	// dialled: a refused one never reaches the server.
+	var first []byte
+	tunnel := head.Method == "CONNECT"
+	if tunnel {
+		if _, err := io.WriteString(box, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			rec.Why = "the box went away"
+			return rec
+		}
+		raw, sni, err := ReadClientHello(br)
+		switch {
+		case errors.Is(err, ErrNoSNI) && entry.Literal:
+			// A client names no server in TLS to an IP address: the
+			// address the user named is the check.
+		case late.Load():
+			rec.Why = fmt.Sprintf("refused: no whole TLS ClientHello within %v", l.Head)
+			return rec
+		case err != nil:
+			headTimer.Stop()
+			rec.Why = "refused: " + err.Error()
+			return rec
+		case sni != head.Host:
+			headTimer.Stop()
+			rec.Why = fmt.Sprintf("refused: the TLS server name %s is not the host of the CONNECT, %s", sni, head.Host)
+			return rec
+		}
+		first = raw
+	} else {
+		first = head.OriginForm()
+	}
+	headTimer.Stop()
+
+	dctx, dcancel := context.WithTimeout(ctx, l.Dial)
+	var server net.Conn
+	var dialErr error
+	for _, a := range addrs {
+		if server, dialErr = g.dial()(dctx, "tcp", netip.AddrPortFrom(a, uint16(head.Port)).String()); dialErr == nil {
+			rec.Address = a.String()
+			break
+		}
+	}
+	dcancel()
+	if server == nil {
+		why := fmt.Sprintf("%s: %v", hostPort(head.Host, head.Port), dialErr)
+		if tunnel {
+			rec.Why = why // the box has its 200 already: the tunnel just closes
+			return rec
+		}
+		return refuse(refusal{502, why})
+	}
+	defer server.Close()
+	context.AfterFunc(ctx, func() { server.Close() })
+	rec.Allowed = true
+	g.relay(&rec, br, box, server, first)
+	return rec
+}
+
+// relay copies the box's bytes (first, then the rest of br) to server
+// and the server's to box, counting both against the call's budget,
+// until both ways end or the budget is spent.
+func (g *Gate) relay(rec *Record, br *bufio.Reader, box io.ReadWriteCloser, server net.Conn, first []byte) {
+	var wg sync.WaitGroup
+	var cut atomic.Bool
+	spend := func(n int) bool {
+		if g.budget.Add(-int64(n)) < 0 {
+			cut.Store(true)
+			box.Close()
+			server.Close()
+			return false
+		}
+		return true
+	}
+	copyCounted := func(dst io.Writer, src io.Reader, count *int64, done func()) {
+		defer done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if !spend(n) {
+					return
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+				atomic.AddInt64(count, int64(n))
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	if len(first) > 0 {
+		if !spend(len(first)) {
+			rec.Why = "the call's bound of bytes was reached"
+			return
+		}
+		if _, err := server.Write(first); err != nil {
+			return
+		}
+		rec.Sent += int64(len(first))
+	}
+	wg.Add(2)
+	go copyCounted(server, br, &rec.Sent, func() {
+		wg.Done()
+		if tc, ok := server.(interface{ CloseWrite() error }); ok {
+			tc.CloseWrite()
+		}
+	})
+	go copyCounted(box, server, &rec.Received, func() {
+		wg.Done()
+		box.Close()
+	})
+	wg.Wait()
+	if cut.Load() {
+		rec.Why = "the call's bound of bytes was reached"
+	}
+}
+
+func (g *Gate) lookup() func(context.Context, string) ([]netip.Addr, error) {
+	if g.Lookup != nil {
+		return g.Lookup
+	}
+	return func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	}
+}
+
+func (g *Gate) dial() func(context.Context, string, string) (net.Conn, error) {
+	if g.Dial != nil {
+		return g.Dial
+	}
+	var d net.Dialer
+	return d.DialContext
+}
+
+// headRefusal is the answer to a request head that could not be read.
+func headRefusal(err error) refusal {
+	switch {
+	case errors.Is(err, ErrMethod):
+		return refusal{405, err.Error()}
+	case errors.Is(err, ErrURITooLong):
+		return refusal{414, err.Error()}
+	case errors.Is(err, ErrHeadTooLarge):
+		return refusal{431, err.Error()}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return refusal{400, "the connection ended before its request's head did"}
+	}
+	return refusal{400, err.Error()}
+}
+
+func statusText(code int) string {
+	switch code {
+	case 400:
+		return "Bad Request"
+	case 403:
+		return "Forbidden"
+	case 405:
+		return "Method Not Allowed"
+	case 408:
+		return "Request Timeout"
+	case 414:
+		return "URI Too Long"
+	case 429:
+		return "Too Many Requests"
+	case 431:
+		return "Request Header Fields Too Large"
+	case 502:
+		return "Bad Gateway"
+	}
+	return "Error"
+}
+
+func hostPort(host string, port int) string {
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
