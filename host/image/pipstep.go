@@ -85,8 +85,12 @@ func (bd *build) pipInstall(ctx context.Context) error {
 	var lines []string
 	j.onLine = func(l string) {
 		lines = append(lines, l)
-		if strings.HasPrefix(l, "Collecting ") || strings.HasPrefix(l, "Would install ") {
-			bd.p.Status("%s", shorten(l, 70))
+		// What pip is at, for a long resolve or a large download.
+		t := strings.TrimSpace(l)
+		for _, p := range []string{"Collecting ", "Downloading ", "Would install ", "Saved "} {
+			if strings.HasPrefix(t, p) {
+				bd.p.Status("%s", shorten(redact(t), 70))
+			}
 		}
 	}
 	args := append(slices.Clone(common[:pipPythonArgs]), "install", "--dry-run", "--break-system-packages", "-vv", "--report", pipDir+"/report.json")
