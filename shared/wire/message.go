@@ -39,7 +39,8 @@ const (
 // kinds are the frame header's codes for the message types, in the order
 // of the first byte of every frame's payload.
 var kinds = []string{"", TypeHello, TypePing, TypePong, TypeRun, TypeReceipt, TypeOutput,
-	TypeCancel, TypeOK, TypeShutdown, TypeError, TypeFacts}
+	TypeCancel, TypeOK, TypeShutdown, TypeError, TypeFacts,
+	TypeNetOpen, TypeNetData, TypeNetWindow, TypeNetClose}
 
 // CapUnsealable is announced in hello only by the benchmark build of the
 // agent (make bench-guest), whose boxes can be switched to run without
@@ -76,6 +77,9 @@ type Message struct {
 	// Status rides on a pong: what the agent is doing.
 	Status *AgentStatus `json:"status,omitempty"`
 	Facts  *HostFacts   `json:"facts,omitempty"`
+	// Net is a stream's frame (TypeNetOpen ... TypeNetClose), binary on
+	// the wire.
+	Net *NetFrame `json:"-"`
 }
 
 // HostFacts is the host's record of what a run saw of its data folders
@@ -243,6 +247,9 @@ func Encode(m *Message) ([]byte, error) {
 	p := make([]byte, headerSize, headerSize+64)
 	p[0] = byte(kind)
 	binary.BigEndian.PutUint64(p[1:], m.ID)
+	if isNet(m.Type) {
+		return appendNet(p, m.Type, m.Net)
+	}
 	body := m.body(false)
 	if m.Type == TypeRun {
 		h, b := splitRun(m.Run)
@@ -345,6 +352,12 @@ func Decode(p []byte) (*Message, error) {
 	}
 	m := &Message{Type: typ, ID: id}
 	rest := p[headerSize:]
+	if isNet(typ) {
+		if m.Net, err = readNet(typ, rest); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
 	if typ == TypeRun {
 		h, rest, err := readRunHeader(rest)
 		if err != nil {
@@ -422,6 +435,7 @@ func (m *Message) check() error {
 		TypeHello: m.Hello != nil, TypeRun: m.Run != nil, TypeReceipt: m.Result != nil,
 		TypeCancel: m.Cancel != nil, TypeError: m.Error != nil, TypeOutput: m.Output != nil,
 		TypeFacts: m.Facts != nil, TypePing: true, TypePong: true, TypeOK: true, TypeShutdown: true,
+		TypeNetOpen: m.Net != nil, TypeNetData: m.Net != nil, TypeNetWindow: m.Net != nil, TypeNetClose: m.Net != nil,
 	}
 	ok, known := need[m.Type]
 	if !known {

@@ -60,6 +60,11 @@ type Run struct {
 	// host as output messages before the receipt (for an output folder on
 	// the host), up to its byte bound.
 	Deliver *Deliver `json:"deliver,omitempty"`
+	// Net lets the run's program reach the hosts the user opened,
+	// through a proxy in its box whose connections are streams to the
+	// host process that made the run (see TypeNetOpen). The list itself
+	// stays on the host.
+	Net bool `json:"net,omitempty"`
 	// Client is who asked, in its own words ("pybox mcp (pid 4242,
 	// claude-code 2.1.332)"): shown beside the run while it is in
 	// progress (pybox vm status), nothing else.

@@ -12,7 +12,8 @@ import (
 // bound its wait for the receipt, so that it never decodes a run's body:
 //
 //	byte 9       flags: bit 0 set when the run asks for delivery
-//	             (Run.Deliver); the other bits are 0
+//	             (Run.Deliver), bit 1 when it may carry streams
+//	             (Run.Net); the other bits are 0
 //	bytes 10–17  timeout_s, an IEEE 754 double
 //	bytes 18–25  Deliver.MaxBytes (0 without delivery)
 //	bytes 26–33  MaxDataBytes
@@ -35,10 +36,14 @@ type RunHeader struct {
 	MaxDataBytes   int64
 	// Data names the run's data folders: all that travels of them.
 	Data []string
+	// Net says the run may carry streams (Run.Net): the supervisor
+	// routes a stream's frames only for such a run.
+	Net bool
 }
 
 const (
 	flagDeliver = 1 << 0
+	flagNet     = 1 << 1
 	// maxShort is the longest run ID or data folder name a length byte
 	// can give, and the most data folders a count byte can.
 	maxShort = math.MaxUint8
@@ -70,7 +75,7 @@ func PeekRun(p []byte) (RunHeader, error) {
 
 // splitRun is r as its frame carries it: header and body.
 func splitRun(r *Run) (RunHeader, *runBody) {
-	h := RunHeader{RunID: r.RunID, TimeoutSeconds: r.TimeoutSeconds, Deliver: r.Deliver, MaxDataBytes: r.MaxDataBytes}
+	h := RunHeader{RunID: r.RunID, TimeoutSeconds: r.TimeoutSeconds, Deliver: r.Deliver, MaxDataBytes: r.MaxDataBytes, Net: r.Net}
 	for _, d := range r.Data {
 		h.Data = append(h.Data, d.Name)
 	}
@@ -80,7 +85,7 @@ func splitRun(r *Run) (RunHeader, *runBody) {
 // joinRun is the run of a frame's header and body.
 func joinRun(h RunHeader, b *runBody) *Run {
 	r := &Run{RunID: h.RunID, Code: b.Code, Image: b.Image, TimeoutSeconds: h.TimeoutSeconds, MaxOutputBytes: b.MaxOutputBytes,
-		Files: b.Files, ReturnFiles: b.ReturnFiles, MaxDataBytes: h.MaxDataBytes, Deliver: h.Deliver, Client: b.Client}
+		Files: b.Files, ReturnFiles: b.ReturnFiles, MaxDataBytes: h.MaxDataBytes, Deliver: h.Deliver, Client: b.Client, Net: h.Net}
 	for _, name := range h.Data {
 		r.Data = append(r.Data, DataFolder{Name: name})
 	}
@@ -97,6 +102,9 @@ func (h *RunHeader) appendTo(p []byte) ([]byte, error) {
 	var deliver int64
 	if h.Deliver != nil {
 		flags, deliver = flagDeliver, h.Deliver.MaxBytes
+	}
+	if h.Net {
+		flags |= flagNet
 	}
 	p = append(p, flags)
 	p = binary.BigEndian.AppendUint64(p, math.Float64bits(h.TimeoutSeconds))
@@ -132,8 +140,11 @@ func readRunHeader(p []byte) (RunHeader, []byte, error) {
 	switch {
 	case c.short:
 		return RunHeader{}, nil, errShortRunHeader
-	case flags&^flagDeliver != 0:
+	case flags&^(flagDeliver|flagNet) != 0:
 		return RunHeader{}, nil, fmt.Errorf("wire: a run header with unknown flags %#02x", flags)
+	}
+	h.Net = flags&flagNet != 0
+	switch {
 	case flags&flagDeliver != 0:
 		h.Deliver = &Deliver{MaxBytes: deliver}
 	case deliver != 0:

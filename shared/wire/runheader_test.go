@@ -13,7 +13,7 @@ func fullRun() *Run {
 	return &Run{RunID: "r-full", Code: "print(1)", Image: "data", TimeoutSeconds: 2.5, MaxOutputBytes: 100,
 		Files: []InputFile{{Name: "a.csv", Content: []byte("1,2\n")}}, ReturnFiles: true,
 		Data: []DataFolder{{Name: "sales"}, {Name: "logs"}}, MaxDataBytes: 1 << 40, Deliver: &Deliver{MaxBytes: 64 << 20},
-		Client: "pybox run (pid 7)"}
+		Client: "pybox run (pid 7)", Net: true}
 }
 
 // A run travels whole, each field once: in its header or in its body.
@@ -32,7 +32,7 @@ func TestRunFrame(t *testing.T) {
 		t.Fatalf("Decode = %+v, %v; want %+v", m.Run, err, r)
 	}
 	h, err := PeekRun(p)
-	want := RunHeader{RunID: "r-full", TimeoutSeconds: 2.5, Deliver: &Deliver{MaxBytes: 64 << 20}, MaxDataBytes: 1 << 40, Data: []string{"sales", "logs"}}
+	want := RunHeader{RunID: "r-full", TimeoutSeconds: 2.5, Deliver: &Deliver{MaxBytes: 64 << 20}, MaxDataBytes: 1 << 40, Data: []string{"sales", "logs"}, Net: true}
 	if err != nil || !reflect.DeepEqual(h, want) {
 		t.Fatalf("PeekRun = %+v, %v; want %+v", h, err, want)
 	}
@@ -62,7 +62,7 @@ func TestRunFrameRefused(t *testing.T) {
 		"cut in the header":           head[:len(head)-1],
 		"no body":                     head,
 		"a field of the header again": append(bytes.Clone(head), `{"run_id":"r2","code":"","image":"stdlib","max_output_bytes":1,"return_files":false}`...),
-		"unknown flags":               flags(2),
+		"unknown flags":               flags(4),
 		"a bound without delivery":    func() []byte { p := bytes.Clone(good); p[headerSize+9+7] = 1; return p }(),
 	} {
 		if _, err := Decode(p); err == nil {

@@ -205,6 +205,8 @@ func FuzzDecode(f *testing.F) {
 		f.Add(p)
 	}
 	f.Add([]byte(`{"type":"hello","id":1,"hello":{"protocol":2}}`))
+	f.Add(EncodeRaw(TypeNetData, 3, []byte{0, 0, 0, 1, 'x'}))
+	f.Add(EncodeRaw(TypeNetWindow, 3, []byte{0, 0, 0, 1, 0, 0, 16, 0}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		LegacyHello(p)
 		m, err := Decode(p)
