@@ -29,6 +29,12 @@ func runFrames(f *testing.F) {
 	}
 	f.Add(wire.EncodeRaw(wire.TypeRun, 1, []byte{2}))
 	f.Add(wire.EncodeRaw(wire.TypePing, 1, nil))
+	// Stream frames: for no run, so dropped; malformed; one a client may
+	// not send.
+	f.Add(wire.EncodeRaw(wire.TypeNetData, 1, []byte{0, 0, 0, 1, 'x'}))
+	f.Add(wire.EncodeRaw(wire.TypeNetWindow, 1, []byte{0, 0, 0, 1, 0, 0, 0, 1}))
+	f.Add(wire.EncodeRaw(wire.TypeNetClose, 1, []byte{0, 0, 0, 1, 2}))
+	f.Add(wire.EncodeRaw(wire.TypeNetOpen, 1, []byte{0, 0, 0, 1}))
 }
 
 // FuzzRunExpiry: whatever a run frame's header says, the relay's wait
@@ -54,7 +60,9 @@ func FuzzRunExpiry(f *testing.F) {
 
 // FuzzClientFrame: whatever frame a client sends after its hello, the
 // relay answers it or passes it to the guest, without panicking, and what
-// it passes on is the frame as it came but for its ID.
+// it passes on is the frame as it came but for its ID. The one frame it
+// does neither with is a well-formed stream frame, here for no run: that
+// is dropped, and counted.
 func FuzzClientFrame(f *testing.F) {
 	runFrames(f)
 	f.Fuzz(func(t *testing.T, p []byte) {
@@ -71,6 +79,14 @@ func FuzzClientFrame(f *testing.F) {
 		// As it is, empty too: frame.Write would refuse to send that.
 		if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(p))), p...)); err != nil {
 			t.Fatal(err)
+		}
+		if typ, _, _, _, err := wire.PeekNet(p); err == nil && typ != wire.TypeNetOpen {
+			waitFor(t, func() bool {
+				h.relay.mu.Lock()
+				defer h.relay.mu.Unlock()
+				return h.relay.netDropped == 1
+			})
+			return
 		}
 		select {
 		case g := <-toGuest:

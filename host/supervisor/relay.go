@@ -69,6 +69,9 @@ type Relay struct {
 	// silent is set by the supervisor's health check while the guest
 	// does not answer its pings: runs are refused at once meanwhile.
 	silent string
+	// netDropped counts clients' stream frames for no run of theirs in
+	// flight: mostly a stream's last words after the run's receipt.
+	netDropped int
 	// prepare, when set, checks the data folders a run names before it
 	// is sent, and returns the host's record of each for the run's
 	// receipt. It is given the run's header: the relay reads no run's
@@ -105,6 +108,10 @@ type pending struct {
 	runID   string
 	expires time.Time
 	deliver bool // a run that asked for its output streamed (Run.Deliver)
+	// net is a run that may carry streams (Run.Net), and nq what it has
+	// queued of them for its client.
+	net bool
+	nq  *netQueue
 	// data is the host's record of the data folders a run names, put
 	// before its receipt, for the client to put there (wire.HostFacts).
 	data []wire.DataFolder
@@ -121,6 +128,9 @@ func newPending(c *peer, typ string, id uint64, run *wire.RunHeader) *pending {
 		p.runID = run.RunID
 		p.expires = time.Now().Add(runExpiry(run))
 		p.deliver = run.Deliver != nil
+		if run.Net {
+			p.net, p.nq = true, &netQueue{}
+		}
 	}
 	return p
 }
@@ -316,8 +326,12 @@ func (r *Relay) readAnswers() error {
 // type that request allows, else it is logged and dropped. Its body is
 // the asker's to decode and check (the client's, for a client's request).
 func (r *Relay) deliver(typ string, id uint64, payload []byte) {
-	if typ == wire.TypeOutput {
+	switch typ {
+	case wire.TypeOutput:
 		r.deliverOutput(id, payload)
+		return
+	case wire.TypeNetOpen, wire.TypeNetData, wire.TypeNetWindow, wire.TypeNetClose:
+		r.deliverNet(typ, id, payload)
 		return
 	}
 	r.mu.Lock()
@@ -371,6 +385,67 @@ func (r *Relay) deliverOutput(id uint64, payload []byte) {
 	c.pass(payload, clientWriteLimit)
 }
 
+// deliverNet passes on a frame of one of a run's streams (of type typ,
+// for the run the guest knows as id) to the run's client, for a run in
+// flight that may carry streams. It never waits for the client: a run
+// whose frames would take it past its budget (netQueue) has a guest that
+// ignored the windows, and is cancelled, as is one whose frame is
+// malformed; either way only that run, and the channel goes on. The
+// frame's body is the client's to read; the relay checks its shape only.
+func (r *Relay) deliverNet(typ string, id uint64, payload []byte) {
+	var c *peer
+	r.mu.Lock()
+	p := r.pending[id]
+	if p != nil {
+		c = p.c
+	}
+	r.mu.Unlock()
+	switch {
+	case p == nil || p.typ != wire.TypeRun:
+		r.logDropped("the guest sent %s for id %d, which is no run in flight: dropped", typ, id)
+		return
+	case !p.net:
+		r.logDropped("the guest sent %s for run %s, which may not reach the network: dropped", typ, p.runID)
+		return
+	case c == nil:
+		return // the client left; the run's cancel is on its way
+	case p.nq.cancelled:
+		r.logDropped("the guest sent %s for run %s after it was cancelled for its streams: dropped", typ, p.runID)
+		return
+	}
+	if _, _, _, _, err := wire.PeekNet(payload); err != nil {
+		r.cancelNet(p, fmt.Sprintf("the guest sent a malformed stream frame (%v)", err))
+		return
+	}
+	wire.SetID(payload, p.id)
+	if !c.passNet(payload, p.nq) {
+		r.cancelNet(p, fmt.Sprintf("the guest sent more of its streams than their windows allow (%d frames, %d bytes queued for the client)",
+			p.nq.frames.Load(), p.nq.bytes.Load()))
+	}
+}
+
+// cancelNet cancels run p for how the guest broke the rules of its
+// streams (why): its later stream frames are dropped, and the guest is
+// asked to cancel it, as when its client leaves. The run still ends with
+// its receipt. The cancel is written by a goroutine of its own: the
+// guest's reader, which calls this, must never wait on the guest.
+func (r *Relay) cancelNet(p *pending, why string) {
+	p.nq.cancelled = true
+	r.logf("run %s: %s: cancelling it", p.runID, why)
+	r.mu.Lock()
+	gone := r.gone != nil
+	r.mu.Unlock()
+	if gone {
+		return
+	}
+	go func() {
+		cancel := &wire.Message{Type: wire.TypeCancel, Cancel: &wire.Cancel{RunID: p.runID}}
+		if err := r.send(&pending{typ: wire.TypeCancel, runID: p.runID, expires: time.Now().Add(requestLimit)}, cancel); err != nil {
+			r.logf("cancelling run %s: %v", p.runID, err)
+		}
+	}()
+}
+
 func allowed(req, reply string) bool {
 	if reply == wire.TypeError {
 		return true
@@ -401,11 +476,15 @@ func (r *Relay) logDropped(format string, args ...any) {
 	r.dropped++
 	n := r.dropped
 	r.mu.Unlock()
-	// A hostile guest could flood these; the log must stay bounded.
-	if n <= 10 || n%1000 == 0 {
+	if throttled(n) {
 		r.logf(format+" (%d so far)", append(args, n)...)
 	}
 }
+
+// throttled says whether the nth of a kind of dropped frame is logged: a
+// hostile guest or a broken client could flood them, and the log must
+// stay bounded.
+func throttled(n int) bool { return n <= 10 || n%1000 == 0 }
 
 // fail answers every pending request with an error once the guest is gone.
 func (r *Relay) fail(cause error) {
@@ -562,6 +641,12 @@ func (r *Relay) request(c *peer, typ string, id uint64, p []byte) bool {
 	}
 	var run *wire.RunHeader
 	switch {
+	case typ == wire.TypeNetData || typ == wire.TypeNetWindow || typ == wire.TypeNetClose:
+		if !c.helloDone {
+			reply(wire.ErrProtocol, "say hello first")
+			return false
+		}
+		return r.forwardNet(c, id, p)
 	case typ == wire.TypeHello:
 		m, err := wire.Decode(p)
 		if err != nil {
@@ -657,6 +742,55 @@ func (r *Relay) forward(c *peer, typ string, id uint64, p []byte, run *wire.RunH
 	}
 }
 
+// forwardNet passes a frame of one of a run's streams (p, for the run the
+// client knows as id) to the guest, under the run's ID there. Nothing
+// answers it. A malformed one ends the connection (false), as any frame
+// that could not be read: the client's streams cannot be trusted past
+// it. One for no run of the client's in flight that may carry streams is
+// dropped: most are a stream's last words crossing the run's receipt.
+func (r *Relay) forwardNet(c *peer, id uint64, p []byte) bool {
+	if _, _, _, _, err := wire.PeekNet(p); err != nil {
+		e := errorMessage(wire.ErrProtocol, err.Error(), nil)
+		e.ID = id
+		c.send(e)
+		return false
+	}
+	var gid uint64
+	var pd *pending
+	r.mu.Lock()
+	for k, q := range r.pending {
+		if q.c == c && q.id == id && q.typ == wire.TypeRun {
+			gid, pd = k, q
+			break
+		}
+	}
+	gone := r.gone != nil
+	if pd == nil || !pd.net {
+		r.netDropped++
+	}
+	n := r.netDropped
+	r.mu.Unlock()
+	switch {
+	case pd == nil:
+		if throttled(n) {
+			r.logf("a client sent a stream frame for its id %d, which is no run of its in flight: dropped (%d so far)", id, n)
+		}
+		return true
+	case !pd.net:
+		if throttled(n) {
+			r.logf("a client sent a stream frame for run %s, which may not reach the network: dropped (%d so far)", pd.runID, n)
+		}
+		return true
+	case gone:
+		return true // the run is being answered with why
+	}
+	wire.SetID(p, gid)
+	if err := r.writeGuest(p); err != nil {
+		r.logf("run %s: passing a stream frame to the guest: %v", pd.runID, err)
+	}
+	return true
+}
+
 // send registers p and writes m, a message of the supervisor's own, to
 // the guest under a fresh ID.
 func (r *Relay) send(p *pending, m *wire.Message) error {
@@ -676,15 +810,23 @@ func (r *Relay) sendPayload(p *pending, payload []byte) error {
 	r.pending[id] = p
 	r.mu.Unlock()
 	wire.SetID(payload, id)
-	r.wmu.Lock()
-	r.guest.SetWriteDeadline(time.Now().Add(guestWriteLimit))
-	err := frame.Write(r.guest, payload)
-	r.wmu.Unlock()
+	err := r.writeGuest(payload)
 	if err != nil {
 		r.mu.Lock()
 		delete(r.pending, id)
 		r.mu.Unlock()
 	}
+	return err
+}
+
+// writeGuest writes a frame to the guest, as it is, within
+// guestWriteLimit. A guest that does not take it in that time is wedged:
+// the channel is closed.
+func (r *Relay) writeGuest(payload []byte) error {
+	r.wmu.Lock()
+	r.guest.SetWriteDeadline(time.Now().Add(guestWriteLimit))
+	err := frame.Write(r.guest, payload)
+	r.wmu.Unlock()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// Part of the frame may be out: the stream cannot go on. Closing
 		// it ends ReadGuest, and every request in flight is answered.
