@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"io/fs"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -39,8 +40,11 @@ type Runner interface {
 	Cancel(runID string)
 	// Run runs r, admitted, and returns its result; a cancelled ctx ends
 	// the run with status cancelled. Runs go on at once. A run that asks
-	// for delivery has its output files streamed through emit.
-	Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result
+	// for delivery has its output files streamed through emit. A run
+	// that opens the network (r.Net) has each connection its program
+	// makes to its proxy handed to conns (nil: no network; such a run
+	// is refused).
+	Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error, conns func(net.Conn) bool) *wire.Result
 	// Runs says where each run in progress is.
 	Runs() []wire.RunProgress
 	// Room says how the guest's memory is shared between runs (nil when

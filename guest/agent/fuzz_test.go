@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"testing"
 
 	"pybox/shared/frame"
@@ -13,7 +14,7 @@ import (
 // quickRunner finishes every run at once.
 type quickRunner struct{}
 
-func (quickRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error) *wire.Result {
+func (quickRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error, _ func(net.Conn) bool) *wire.Result {
 	return &wire.Result{Receipt: wire.Receipt{RunID: r.RunID, Status: wire.StatusOK}}
 }
 func (quickRunner) Admit(*wire.Run) error { return nil }

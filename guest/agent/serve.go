@@ -331,7 +331,9 @@ func (a *Agent) runBox(ctx context.Context, r *wire.Run, emit func(*wire.OutputC
 				Cleanup: &wire.Cleanup{Status: wire.CleanupFailed, Detail: "the box's state is unknown after a panic"}}
 		}
 	}()
-	res = a.cfg.Runner.Run(ctx, r, emit)
+	// No run has the network yet: the agent carries no streams (nor
+	// announces the capability), so a run that asks for it is refused.
+	res = a.cfg.Runner.Run(ctx, r, emit, nil)
 	if res == nil {
 		return nil, &wire.Error{Code: wire.ErrInternal, Message: "the box returned no result",
 			Cleanup: wire.Unknown("the box returned no result, so nothing says whether its box is gone")}

@@ -65,7 +65,7 @@ func (f *fakeRunner) Cancel(runID string) {
 	f.mu.Unlock()
 }
 
-func (f *fakeRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error) *wire.Result {
+func (f *fakeRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error, _ func(net.Conn) bool) *wire.Result {
 	f.calls.Add(1)
 	defer f.Cancel(r.RunID)
 	if f.panics {

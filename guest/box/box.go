@@ -5,6 +5,7 @@ package box
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -145,13 +146,24 @@ func agentNamespaces() map[string]uint64 {
 //
 // A run that asks for delivery (r.Deliver) has the files of its
 // /tmp/output streamed through emit, in chunks, before it returns.
-func (b *Runner) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) *wire.Result {
+//
+// A run that opens the network (r.Net) has a proxy in its box (netns.go),
+// and each connection its program makes to it goes to conns, which says
+// whether it took the connection; one taken is conns' to close, by the
+// end of the run or after. conns is called from one goroutine, never
+// after Run returns, and must not block for long: the next connection
+// waits for it. A run that opens the network with conns nil is refused;
+// conns is not called for a run that does not.
+func (b *Runner) Run(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error, conns func(net.Conn) bool) *wire.Result {
 	rn := b.newRun(r)
-	rn.emit = emit
+	rn.emit, rn.conns = emit, conns
 	if err := b.claim(rn); err != nil {
 		rn.out.refusal = err.Error()
 		return rn.result()
 	}
+	// execute closes a net run's proxy once the box is dead; this is
+	// for the paths that leave it early (a panic among them).
+	defer func() { rn.proxy.close() }()
 	rn.execute(ctx)
 	rn.enter(phaseCleanup)
 	rn.rec.Cleanup = rn.cleanup()

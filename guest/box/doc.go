@@ -7,6 +7,8 @@
 //   - pool.go and handover.go: the warm boxes made ahead of their runs,
 //     and how a run takes one; imports.go, what a program imports;
 //   - aside.go: what a failed cleanup left, kept out of use;
+//   - netns.go: the proxy in the box of a run that opens the network,
+//     whose connections the agent carries to the host;
 //   - box.go: the Runner that holds them together.
 //
 // The parent side ([Runner.Run], in the agent, real root in the guest) makes

@@ -136,7 +136,7 @@ func hostRun(t *testing.T, b *Runner, ctx context.Context, code string, edit fun
 	if edit != nil {
 		edit(r)
 	}
-	res := b.Run(ctx, r, nil)
+	res := b.Run(ctx, r, nil, nil)
 	rec := res.Receipt
 	if rec.Cleanup.Status != wire.CleanupRemoved {
 		t.Errorf("cleanup %+v, want REMOVED", rec.Cleanup)
@@ -382,7 +382,7 @@ func TestRunRefusedBeforeStart(t *testing.T) {
 	for name, r := range map[string]*wire.Run{
 		"no such image": {RunID: "r1", Code: "pass", Image: "data", TimeoutSeconds: 1, MaxOutputBytes: 10},
 	} {
-		rec := b.Run(context.Background(), r, nil).Receipt
+		rec := b.Run(context.Background(), r, nil, nil).Receipt
 		if rec.Status != wire.StatusRefused || rec.Cleanup.Status != wire.CleanupNotAttempted || rec.RunID != r.RunID {
 			t.Errorf("%s: %s %s %q", name, rec.Status, rec.Cleanup.Status, rec.Reason)
 		}

@@ -151,7 +151,7 @@ func TestReceiptDataNamesOnly(t *testing.T) {
 	b := &Runner{cfg: Config{Images: map[string]wire.ImageInfo{"stdlib": {Name: "stdlib"}}, Data: []string{"sales"}}, paths: paths{staging: t.TempDir()}}
 	r := &wire.Run{RunID: "r1", Code: "pass", Image: "none", TimeoutSeconds: 1, MaxOutputBytes: 10,
 		Data: []wire.DataFolder{{Name: "sales", HostPath: "/home/u/sales", Files: 3, Bytes: 99, Digest: "ab", LeftOut: []string{"1 symbolic link"}}}}
-	rec := b.Run(t.Context(), r, nil).Receipt
+	rec := b.Run(t.Context(), r, nil, nil).Receipt
 	if want := []wire.DataFolder{{Name: "sales"}}; !reflect.DeepEqual(rec.Data, want) {
 		t.Errorf("receipt data %+v, want %+v", rec.Data, want)
 	}

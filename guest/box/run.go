@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -33,6 +34,9 @@ type run struct {
 	at       milestones
 
 	emit func(*wire.OutputChunk) error // where delivered files go
+
+	conns func(net.Conn) bool // where a net run's connections go (see Runner.Run)
+	proxy *proxy              // a net run's proxy, once its box-init is started
 
 	boxID string    // names its cgroup and staging: the run id, or a warm box's
 	slot  int       // its host ids; -1 before it has some
@@ -154,10 +158,20 @@ func (rn *run) enter(phase string) {
 // program and the collection of its output, never the cleanup.
 func (rn *run) execute(ctx context.Context) {
 	rn.enter(phaseSetup)
+	if rn.req.Net && rn.conns == nil {
+		rn.out.refusal = "the run asks for the network, and nothing here serves its connections"
+		return
+	}
 	// A warm box of the image, if there is one (waiting for it while it
-	// warms, within the setup's allowance); a cold one otherwise.
+	// warms, within the setup's allowance); a cold one otherwise. A
+	// warm box's environment was fixed when its python3 started, without
+	// a proxy, so a net run always makes a cold one.
 	by := rn.at.begun.Add(wire.SetupAllowance - time.Second)
-	wb, why := rn.b.takeWarm(ctx, rn.req.Image, rn.req.Code, by)
+	var wb *warmBox
+	why := "the run opens the network: a warm box has no proxy in its environment"
+	if !rn.req.Net {
+		wb, why = rn.b.takeWarm(ctx, rn.req.Image, rn.req.Code, by)
+	}
 	if wb != nil {
 		rn.takeOver(ctx, wb, by)
 	} else if why != "" {
@@ -172,6 +186,9 @@ func (rn *run) execute(ctx context.Context) {
 		}
 	}
 	rn.supervise(ctx)
+	// The box is dead or killed: nothing of the program connects any
+	// more.
+	rn.proxy.close()
 	rn.enter(phaseSettle)
 	rn.settle()
 	rn.at.settled = time.Now()
@@ -233,12 +250,31 @@ func (rn *run) makeCold(ctx context.Context) bool {
 		return false
 	}
 	cfg := b.childConfig(rn.req.Image, rn.st.tmp, []string{"python3", "-I", "-B", "-c", rn.req.Code}, rn.req.Data)
-	if rn.proc, err = spawn(spawnSpec{exe: b.paths.exe, cfg: cfg, cgroupFD: rn.cg.descriptor(), ids: ids, maxOut: rn.req.MaxOutputBytes}); err != nil {
+	sp := spawnSpec{exe: b.paths.exe, cgroupFD: rn.cg.descriptor(), ids: ids, maxOut: rn.req.MaxOutputBytes}
+	if rn.req.Net {
+		// The proxy listens before box-init has its config, so before
+		// anything of the program runs.
+		cfg.Env = append(cfg.Env, proxyEnv()...)
+		sp.ready, sp.wait = rn.listen, b.wait
+	}
+	sp.cfg = cfg
+	if rn.proc, err = spawn(sp); err != nil {
 		return refuse(err)
 	}
 	rn.proc.watch(b.wait)
 	rn.at.spawned = time.Now()
 	return true
+}
+
+// listen makes the proxy of a net run in the box of box-init pid and
+// starts handing its connections to the run's conns.
+func (rn *run) listen(pid int) error {
+	l, err := listenIn(pid)
+	if err != nil {
+		return fmt.Errorf("the box's proxy: %w", err)
+	}
+	rn.proxy = serveProxy(l, rn.conns, func(what string) { rn.b.logf("box: run %s: %s", rn.req.RunID, what) })
+	return nil
 }
 
 // childConfig is what box-init gets for a box of image, with the staging

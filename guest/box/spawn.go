@@ -47,6 +47,13 @@ type spawnSpec struct {
 	stdin    *os.File // the program's fd 0; nil: /dev/null
 	control  *os.File // a warm box's socket to the agent, box-init's controlFD; nil: none
 	maxOut   int      // bytes kept of stdout and of stderr
+	// ready, if set, is called with box-init's pid once it is started
+	// and before it is given its config: box-init waits for the config
+	// before anything else, so what ready makes exists before anything
+	// of the program does (a net run's proxy, see listenIn). If ready
+	// fails, box-init is killed and collected with wait.
+	ready func(pid int) error
+	wait  func(int) (unix.WaitStatus, *unix.Rusage)
 }
 
 // sysProcAttr is how box-init is cloned: every namespace at once, its
@@ -134,6 +141,17 @@ func spawn(sp spawnSpec) (*boxProc, error) {
 	bp := &boxProc{pid: p.Pid}
 	// The reaper collects the exit; the handle is only a pidfd to close.
 	p.Release()
+	if sp.ready != nil {
+		if err := sp.ready(bp.pid); err != nil {
+			// box-init is still reading its config: nothing of the box
+			// ran. Every pipe end closes on return.
+			unix.Kill(bp.pid, unix.SIGKILL)
+			if sp.wait != nil {
+				sp.wait(bp.pid)
+			}
+			return nil, err
+		}
+	}
 	// The agent keeps only its read ends (and the config's write end);
 	// once the box's processes are gone, the reads end.
 	closers = []*os.File{outW, errW, cfgR, repW}
