@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"pybox/host/egress"
 	"pybox/host/paths"
 	"pybox/shared/frame"
 	"pybox/shared/wire"
@@ -46,6 +47,7 @@ type Client struct {
 	waiting map[uint64]chan *wire.Message
 	outputs map[uint64]delivery        // runs that asked for delivery
 	facts   map[uint64]*wire.HostFacts // the host's record of a run's data folders, until its receipt
+	nets    map[uint64]*netCall        // runs that may reach the network, until their answer
 	err     error                      // why the connection ended
 	done    chan struct{}
 }
@@ -117,7 +119,7 @@ func New(ctx context.Context, nc net.Conn) (*Client, error) { return handshake(c
 
 func handshake(ctx context.Context, nc net.Conn) (*Client, error) {
 	c := &Client{nc: nc, waiting: map[uint64]chan *wire.Message{}, outputs: map[uint64]delivery{},
-		facts: map[uint64]*wire.HostFacts{}, done: make(chan struct{})}
+		facts: map[uint64]*wire.HostFacts{}, nets: map[uint64]*netCall{}, done: make(chan struct{})}
 	go c.read()
 	m, err := c.call(ctx, &wire.Message{Type: wire.TypeHello, Hello: &wire.Hello{Protocol: wire.ProtocolVersion}})
 	if err == nil && m.Type != wire.TypeHello {
@@ -288,17 +290,43 @@ func copyRun(r *wire.Run) wire.Run {
 }
 
 // RunDeliver is Run for a run that asks for its output streamed whole
-// (r.Deliver): each part of a file goes to output, in order, before Run
-// returns. Nothing here checks the parts: the caller holds them against
-// the receipt's Output.Delivered.
+// (r.Deliver): RunWith with RunOptions.Output.
 func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*wire.OutputChunk)) (*Result, error) {
+	return c.RunWith(ctx, checked, RunOptions{Output: output})
+}
+
+// RunOptions are what a run's caller takes of it besides its result.
+type RunOptions struct {
+	// Output takes the parts of the files of a run that asks for its
+	// output streamed whole (wire.Run.Deliver): each part, in order,
+	// before RunWith returns. Nothing here checks the parts: the caller
+	// holds them against the receipt's Output.Delivered.
+	Output func(*wire.OutputChunk)
+	// Net serves the connections of a run that may reach the network
+	// (wire.Run.Net), and only of such a run: one gate for one run. Its
+	// records are the receipt's Network, the host's own account; the
+	// gate is done with when RunWith returns.
+	Net *egress.Gate
+}
+
+// RunWith is Run with what opts asks for. A run that may reach the
+// network needs a gate, and a gate a run that may: without, the run is
+// refused (bad_request, nothing ran).
+func (c *Client) RunWith(ctx context.Context, checked *Checked, opts RunOptions) (*Result, error) {
 	run := checked.Run()
 	r := &run
+	if r.Net != (opts.Net != nil) {
+		msg := "the run may reach the network, but no gate serves its connections"
+		if !r.Net {
+			msg = "a gate for the connections of a run that may not reach the network"
+		}
+		return nil, runError(wire.ErrBadRequest, msg, wire.NothingRan())
+	}
 	limit := deadlineFor(r)
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	var d *delivery
-	if output != nil {
+	if output := opts.Output; output != nil {
 		limit := int64(wire.DefaultTmpBytes)
 		if r.Deliver != nil && r.Deliver.MaxBytes > 0 {
 			limit = r.Deliver.MaxBytes
@@ -307,12 +335,34 @@ func (c *Client) RunDeliver(ctx context.Context, checked *Checked, output func(*
 		// Every part taken before this returns, whatever ends the run.
 		defer d.spool.drain()
 	}
-	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, d)
+	var n *netCall
+	if opts.Net != nil {
+		n = newNetCall(c, opts.Net)
+	}
+	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, d, n)
 	if err != nil {
+		if n != nil {
+			n.finish()
+		}
 		return nil, runError(wire.ErrNoVM, "sending the run: "+err.Error(), wire.NothingRan())
 	}
 	defer c.forget(id)
+	res, err := c.wait(ctx, r, id, ch, deadline, limit)
+	if n != nil {
+		// The run is over: its streams end, and the receipt's account of
+		// its connections is the host's, of what the gate served.
+		nw := n.finish()
+		if res != nil {
+			res.setNetwork(nw)
+		}
+	}
+	return res, err
+}
+
+// wait waits for the answer to run r, sent as id.
+func (c *Client) wait(ctx context.Context, r *wire.Run, id uint64, ch chan *wire.Message, deadline *time.Timer, limit time.Duration) (*Result, error) {
 	var m *wire.Message
+	var err error
 	select {
 	case m = <-ch:
 	case <-c.done:
@@ -410,7 +460,7 @@ func (c *Client) call(ctx context.Context, m *wire.Message) (*wire.Message, erro
 
 // send writes m under a fresh ID and returns where its answer will come.
 func (c *Client) send(m *wire.Message) (uint64, chan *wire.Message, error) {
-	return c.sendWith(m, nil)
+	return c.sendWith(m, nil, nil)
 }
 
 // delivery is where a run's output parts go, and the run they must be of.
@@ -419,8 +469,9 @@ type delivery struct {
 	spool *spool
 }
 
-// sendWith is send for a run whose output parts go to d.
-func (c *Client) sendWith(m *wire.Message, d *delivery) (uint64, chan *wire.Message, error) {
+// sendWith is send for a run whose output parts go to d, and whose
+// streams to n.
+func (c *Client) sendWith(m *wire.Message, d *delivery, n *netCall) (uint64, chan *wire.Message, error) {
 	ch := make(chan *wire.Message, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -434,8 +485,21 @@ func (c *Client) sendWith(m *wire.Message, d *delivery) (uint64, chan *wire.Mess
 	if d != nil {
 		c.outputs[id] = *d
 	}
+	if n != nil {
+		n.id = id
+		c.nets[id] = n
+	}
 	c.mu.Unlock()
 	m.ID = id
+	if err := c.writeFrame(m); err != nil {
+		c.forget(id)
+		return 0, nil, err
+	}
+	return id, ch, nil
+}
+
+// writeFrame writes m as it is.
+func (c *Client) writeFrame(m *wire.Message) error {
 	p, err := wire.Encode(m)
 	if err == nil {
 		c.wmu.Lock()
@@ -446,10 +510,9 @@ func (c *Client) sendWith(m *wire.Message, d *delivery) (uint64, chan *wire.Mess
 		c.wmu.Unlock()
 	}
 	if err != nil {
-		c.forget(id)
-		return 0, nil, fmt.Errorf("client: %w", err)
+		return fmt.Errorf("client: %w", err)
 	}
-	return id, ch, nil
+	return nil
 }
 
 func (c *Client) forget(id uint64) {
@@ -457,6 +520,7 @@ func (c *Client) forget(id uint64) {
 	delete(c.waiting, id)
 	delete(c.outputs, id)
 	delete(c.facts, id)
+	delete(c.nets, id)
 	c.mu.Unlock()
 }
 
@@ -472,7 +536,7 @@ func (c *Client) takeFacts(id uint64) *wire.HostFacts {
 // read hands each answer to its caller until the connection ends. Every
 // frame is decoded strictly here, once: what the guest sent comes through
 // the supervisor as it was, and this is where the host distrusts it (a
-// run's receipt is then bounded by RunDeliver, through NewResult).
+// run's receipt is then bounded by RunWith, through NewResult).
 func (c *Client) read() {
 	var err error
 	for {
@@ -489,9 +553,21 @@ func (c *Client) read() {
 		if err != nil {
 			// An answer whose body cannot be read fails its request, not
 			// the connection: the header said whose it is.
-			_, id, perr := wire.Peek(p)
+			typ, id, perr := wire.Peek(p)
 			if perr != nil {
 				break
+			}
+			if isNet(typ) {
+				// Not an answer: a frame of a run's stream, which the
+				// relay checked the shape of. It is dropped, and counted.
+				c.mu.Lock()
+				n := c.nets[id]
+				c.mu.Unlock()
+				if n != nil {
+					n.fault()
+				}
+				err = nil
+				continue
 			}
 			m = &wire.Message{Type: wire.TypeError, ID: id, Error: &wire.Error{Code: wire.ErrProtocol,
 				Message: "the answer could not be read: " + err.Error(), Cleanup: wire.Unknown("the answer could not be read")}}
@@ -514,6 +590,16 @@ func (c *Client) read() {
 				c.facts[m.ID] = m.Facts
 			}
 			c.mu.Unlock()
+			continue
+		case wire.TypeNetOpen, wire.TypeNetData, wire.TypeNetWindow, wire.TypeNetClose:
+			// A frame of a run's stream. One of a run that may not reach
+			// the network, or that is over, is dropped.
+			c.mu.Lock()
+			n := c.nets[m.ID]
+			c.mu.Unlock()
+			if n != nil {
+				n.handle(m)
+			}
 			continue
 		}
 		c.mu.Lock()

@@ -116,6 +116,12 @@ func serveHello(t *testing.T, hello wire.Hello) string { return serveWith(t, hel
 // serveWith is serveHello with what readies a run's data folders (see
 // supervisor.Relay.SetPrepare), when not nil.
 func serveWith(t *testing.T, hello wire.Hello, prepare func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error)) string {
+	return serveGuest(t, hello, prepare, fakeGuest)
+}
+
+// serveGuest is serveWith with the guest given.
+func serveGuest(t *testing.T, hello wire.Hello, prepare func(*wire.RunHeader) ([]wire.DataFolder, *wire.Error),
+	guestOf func(*testing.T, net.Conn)) string {
 	home, err := os.MkdirTemp("", "pyboxc")
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +137,7 @@ func serveWith(t *testing.T, hello wire.Hello, prepare func(*wire.RunHeader) ([]
 	}
 	os.Chmod(d.Socket(), 0o600) // as the supervisor does
 	host, guest := net.Pipe()
-	go fakeGuest(t, guest)
+	go guestOf(t, guest)
 	r := supervisor.NewRelay(host, hello, t.Logf)
 	if prepare != nil {
 		r.SetPrepare(prepare)

@@ -10,6 +10,11 @@
 // of the run's data folders (see Result). `pybox run`, `pybox mcp` and
 // `pybox check` all see that one bounded receipt.
 //
+// A run that may reach the network (RunOptions.Net) has the connections
+// of its box served here, by the caller's egress.Gate: they come from the
+// guest as streams of the run, each frame checked against the streams'
+// rules (net.go), and the receipt's network section is the gate's record.
+//
 // Errors are a *wire.Error when the supervisor or the guest answered with
 // one, and when the client itself knows the outcome: ErrNoVM when no
 // supervisor is running, a supervisor of another protocol, a run lost

@@ -12,3 +12,6 @@ func SetDeadlineFor(f func(r *wire.Run) time.Duration) (restore func()) {
 	deadlineFor = f
 	return func() { deadlineFor = old }
 }
+
+// SetNetwork puts nw in r's receipt, bounded, as RunWith does.
+func (r *Result) SetNetwork(nw *wire.Network) { r.setNetwork(nw) }

@@ -27,7 +27,8 @@ const (
 // Result is a run's result as the host takes it: the guest's answer with
 // every string and list the guest controls bounded to what the contract
 // allows, file names escaped, each stream's controls counted by the host,
-// and the host's own record of the run's data folders in its receipt.
+// and the host's own records of the run's data folders and connections
+// in its receipt.
 // The client returns no other; what comes after it (`pybox run`, the MCP
 // server) takes it as given and only fits it to its own output.
 type Result struct {
@@ -41,14 +42,16 @@ func (r *Result) Cut() bool { return r.cut }
 
 // NewResult makes the host's Result of what the guest answered to a run
 // and of the host's record of the run's data folders (nil for a run that
-// named none: what the guest says of them proves nothing). guest is left
+// named none: what the guest says of them proves nothing). Its Network
+// is nil whatever the guest said: the client puts in the host's record
+// of the connections of a run that may reach the network. guest is left
 // as it was. The client takes every receipt through it; a stand-in for
 // the client (a test's fake VM) must as well.
 func NewResult(guest *wire.Result, host *wire.HostFacts) *Result {
 	b := &bounder{}
 	res := &Result{Result: wire.Result{Receipt: guest.Receipt}}
 	r := &res.Receipt
-	r.Data = nil
+	r.Data, r.Network = nil, nil
 	if host != nil {
 		r.Data = b.data(host.Data)
 	}
@@ -56,6 +59,14 @@ func NewResult(guest *wire.Result, host *wire.HostFacts) *Result {
 	res.Files = b.files(guest.Files)
 	res.cut = b.cut
 	return res
+}
+
+// setNetwork puts the host's record of the run's connections in r's
+// receipt, bounded.
+func (r *Result) setNetwork(nw *wire.Network) {
+	b := &bounder{}
+	r.Receipt.Network = b.network(nw)
+	r.cut = r.cut || b.cut
 }
 
 // bounder cuts what it is given to its bounds, in copies, and remembers
@@ -194,6 +205,27 @@ func (b *bounder) data(in []wire.DataFolder) []wire.DataFolder {
 		d.LeftOut = b.strings(head(b, d.LeftOut, maxLeftOut), maxShortString)
 	}
 	return out
+}
+
+// network bounds the host's record of a run's connections: hosts and
+// reasons are the box's, or quote it.
+func (b *bounder) network(in *wire.Network) *wire.Network {
+	if in == nil {
+		return nil
+	}
+	nw := *in
+	b.str(&nw.Allowed, maxTextString)
+	listed := head(b, in.Connections, wire.MaxNetListed)
+	nw.NotListed += len(in.Connections) - len(listed)
+	nw.Connections = slices.Clone(listed)
+	for i := range nw.Connections {
+		c := &nw.Connections[i]
+		c.Host = b.name(c.Host)
+		b.str(&c.Address, maxShortString)
+		b.str(&c.Kind, maxShortString)
+		b.str(&c.Why, maxTextString)
+	}
+	return &nw
 }
 
 // strings bounds a list of strings: its first maxListed items, each cut

@@ -117,3 +117,32 @@ func TestNewResultKeeps(t *testing.T) {
 		t.Errorf("no cleanup status became %+v", c)
 	}
 }
+
+// A receipt's network section is the host's: the guest's is dropped,
+// and the host's is bounded: its hosts (the box's) escaped, reasons
+// cut, connections past wire.MaxNetListed counted.
+func TestNewResultNetwork(t *testing.T) {
+	guest := hostile("r1")
+	guest.Receipt.Network = &wire.Network{Allowed: "everything", Connections: []wire.NetConnection{{Host: "example.com", Allowed: true}}}
+	res := client.NewResult(guest, nil)
+	if res.Receipt.Network != nil {
+		t.Fatalf("the guest's network section was kept: %+v", res.Receipt.Network)
+	}
+	res = client.NewResult(&wire.Result{Receipt: wire.Receipt{RunID: "r1", Status: wire.StatusOK, Cleanup: wire.Cleanup{Status: wire.CleanupRemoved}}}, nil)
+	host := &wire.Network{Allowed: "web.test", NotListed: 3, Refused: 1, SentBytes: 10, ReceivedBytes: 20}
+	for i := range wire.MaxNetListed + 5 {
+		host.Connections = append(host.Connections, wire.NetConnection{Host: fmt.Sprintf("h%d\x1b", i), Kind: "http", Why: strings.Repeat("w", 5000)})
+	}
+	res.SetNetwork(host)
+	nw := res.Receipt.Network
+	switch {
+	case !res.Cut():
+		t.Error("Cut() is false")
+	case len(nw.Connections) != wire.MaxNetListed || nw.NotListed != 3+5 || nw.Refused != 1 || nw.SentBytes != 10 || nw.ReceivedBytes != 20:
+		t.Errorf("%d listed, %+v", len(nw.Connections), *nw)
+	case nw.Connections[0].Host != `h0\u{1b}` || len(nw.Connections[0].Why) > 2048+len("…"):
+		t.Errorf("first connection %q, why of %d bytes", nw.Connections[0].Host, len(nw.Connections[0].Why))
+	case len(host.Connections) != wire.MaxNetListed+5 || host.Connections[0].Host != "h0\x1b":
+		t.Error("the host's record was changed")
+	}
+}

@@ -81,9 +81,14 @@ type Receipt struct {
 	InputFiles    []FileDigest `json:"input_files"`
 	// Data lists the data folders the box saw. The host fills it in from
 	// its own record when the receipt reaches it; the guest's is not kept.
-	Data    []DataFolder `json:"data,omitempty"`
-	Output  Output       `json:"output_files"`
-	Posture *Posture     `json:"posture,omitempty"`
+	Data []DataFolder `json:"data,omitempty"`
+	// Network is what the run's box reached through the host, for a run
+	// that may reach it (Run.Net). The host process that made the run
+	// fills it in from its own record of the connections it served; the
+	// guest's is not kept.
+	Network *Network `json:"network,omitempty"`
+	Output  Output   `json:"output_files"`
+	Posture *Posture `json:"posture,omitempty"`
 	// Box says how the box was made: cold for this run, or warm (made
 	// ahead, its image's preload list imported before the hand-over).
 	Box *BoxInfo `json:"box,omitempty"`
@@ -91,6 +96,48 @@ type Receipt struct {
 	// RunBound) and stopped where it was, and what it left undone.
 	Overruns []string `json:"overruns,omitempty"`
 	Cleanup  Cleanup  `json:"cleanup"`
+}
+
+// MaxNetListed is how many connections a receipt's Network lists; the
+// rest are counted in NotListed.
+const MaxNetListed = 64
+
+// Network is the host's record of a run's connections: those its
+// program made to the box's proxy, served or refused by the host under
+// the user's list.
+type Network struct {
+	// Allowed is the user's list of hosts the run could reach, in its
+	// canonical form.
+	Allowed string `json:"allowed"`
+	// Connections are the first MaxNetListed connections, in the order
+	// they ended; NotListed counts the rest.
+	Connections []NetConnection `json:"connections"`
+	NotListed   int             `json:"not_listed"`
+	// Refused counts the connections refused, and SentBytes and
+	// ReceivedBytes sum the bytes of all of them, listed or not: from the
+	// box to the servers, and back.
+	Refused       int   `json:"refused"`
+	SentBytes     int64 `json:"sent_bytes"`
+	ReceivedBytes int64 `json:"received_bytes"`
+	// Faults counts the frames of the run's streams that broke their
+	// rules (an order, a bound, a window): each aborted its stream. The
+	// guest of a working VM sends none.
+	Faults int `json:"faults,omitempty"`
+}
+
+// NetConnection is one connection of a run, as the host saw it.
+type NetConnection struct {
+	Host     string `json:"host"`              // as the box named it ("" when its request could not be read)
+	Port     int    `json:"port,omitempty"`    // idem
+	Address  string `json:"address,omitempty"` // the address dialled
+	Kind     string `json:"kind"`              // "tls" (a CONNECT tunnel) or "http"
+	Sent     int64  `json:"sent_bytes"`        // from the box to the server
+	Received int64  `json:"received_bytes"`    // from the server to the box
+	Millis   int64  `json:"duration_ms"`
+	Allowed  bool   `json:"allowed"`
+	// Why says why the connection was refused, or why a served one was
+	// cut short; empty for one that ran its course.
+	Why string `json:"why,omitempty"`
 }
 
 // AgentInfo names the guest agent that wrote the receipt.
