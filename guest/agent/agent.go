@@ -19,8 +19,10 @@ var (
 	Commit  = "unknown"
 )
 
-// Capabilities are the requests this agent serves, announced in hello.
-var Capabilities = []string{"run", "cancel", "ping", "shutdown"}
+// Capabilities are the requests this agent serves, announced in hello;
+// wire.CapNet says that it carries the streams of runs that open the
+// network (netmux.go).
+var Capabilities = []string{"run", "cancel", "ping", "shutdown", wire.CapNet}
 
 // Bounds of what the agent remembers, so that its memory stays flat
 // however many runs it serves.
@@ -117,6 +119,8 @@ type activeRun struct {
 	id      string
 	image   string
 	conn    *conn
+	msgID   uint64  // the run request's ID on conn, which its answers carry
+	net     *netRun // its streams, for a run that opens the network; else nil
 	cancel  context.CancelFunc
 	started time.Time
 	done    chan struct{} // closed once the receipt is sent (or lost)

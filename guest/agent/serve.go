@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -28,7 +29,8 @@ const shutdownGrace = 10 * time.Second
 // A frame that cannot be read (too large, empty, cut off) leaves the
 // stream at an unknown place: no resynchronisation is possible, so the
 // connection is dropped. A frame that is read but not understood is
-// answered with a protocol error and the connection goes on.
+// answered with a protocol error and the connection goes on, except a
+// stream frame (handleNet), which is never answered.
 func (a *Agent) Serve(rwc io.ReadWriteCloser) error {
 	c := &conn{rwc: rwc, name: nameOf(rwc), timeout: a.cfg.WriteTimeout, logf: a.cfg.Logf}
 	a.opened()
@@ -66,6 +68,12 @@ func (a *Agent) Serve(rwc io.ReadWriteCloser) error {
 			c.send(&wire.Message{Type: wire.TypePong, ID: m.ID, Status: &st})
 		case wire.TypeRun:
 			a.handleRun(c, m.ID, m.Run)
+		case wire.TypeNetData, wire.TypeNetWindow, wire.TypeNetClose:
+			a.handleNet(c, m)
+		case wire.TypeNetOpen:
+			// Not answered: an answer would carry the run's ID, and the
+			// host would take it for the run's.
+			a.logf("agent: %s: net_open for message %d: a host does not open streams: dropped", c, m.ID)
 		case wire.TypeCancel:
 			a.cancel(m.Cancel.RunID)
 			c.send(&wire.Message{Type: wire.TypeOK, ID: m.ID})
@@ -188,8 +196,11 @@ func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
 		a.precancel = slices.Delete(a.precancel, i, i+1)
 		cancel()
 	}
-	ar := &activeRun{id: r.RunID, image: r.Image, conn: c, cancel: cancel,
+	ar := &activeRun{id: r.RunID, image: r.Image, conn: c, msgID: id, cancel: cancel,
 		started: time.Now(), done: make(chan struct{})}
+	if r.Net {
+		ar.net = newNetRun(c, id, r.RunID, a.cfg.Logf)
+	}
 	a.runs[r.RunID] = ar
 	a.idle.started()
 	a.logf("agent: run %s started (image %s, timeout %gs; %d in progress)", r.RunID, r.Image, r.TimeoutSeconds, len(a.runs))
@@ -205,6 +216,10 @@ func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
 // own allowance, so it fires only on a bug or a kernel that does not let
 // go. It then tears the box down (Runner.Abort) and answers the host
 // with what it could confirm; the run keeps its room until Run returns.
+//
+// A run that opens the network has its streams ended (netRun.closeAll)
+// before its answer, however it ended, so that every frame of its
+// streams precedes the answer on the connection.
 func (a *Agent) run(ctx context.Context, ar *activeRun, id uint64, r *wire.Run) {
 	defer close(ar.done)
 	ended := make(chan runOutcome, 1)
@@ -213,8 +228,12 @@ func (a *Agent) run(ctx context.Context, ar *activeRun, id uint64, r *wire.Run) 
 	emit := func(o *wire.OutputChunk) error {
 		return ar.conn.send(&wire.Message{Type: wire.TypeOutput, ID: id, Output: o})
 	}
+	var conns func(net.Conn) bool // nil unless the run opens the network
+	if ar.net != nil {
+		conns = ar.net.take
+	}
 	go func() {
-		res, err := a.runBox(ctx, r, emit)
+		res, err := a.runBox(ctx, r, emit, conns)
 		ended <- runOutcome{res, err}
 	}()
 	watchdog := time.NewTimer(a.cfg.Watchdog(r))
@@ -227,6 +246,9 @@ func (a *Agent) run(ctx context.Context, ar *activeRun, id uint64, r *wire.Run) 
 		o.err = a.abort(r, ended)
 	}
 	ar.cancel()
+	if ar.net != nil {
+		ar.net.closeAll()
+	}
 	a.finish(ar, o.res, o.err)
 	if o.err != nil {
 		ar.conn.send(&wire.Message{Type: wire.TypeError, ID: id, Error: o.err})
@@ -320,7 +342,7 @@ func (a *Agent) status() wire.AgentStatus {
 // runBox calls the runner and turns a panic in it into an error: PID 1
 // must outlive a bug in the box code. After a panic the box's state is
 // unknown, so the agent refuses further runs.
-func (a *Agent) runBox(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error) (res *wire.Result, e *wire.Error) {
+func (a *Agent) runBox(ctx context.Context, r *wire.Run, emit func(*wire.OutputChunk) error, conns func(net.Conn) bool) (res *wire.Result, e *wire.Error) {
 	defer func() {
 		if p := recover(); p != nil {
 			a.logf("agent: run %s: the box panicked: %v\n%s", r.RunID, p, debug.Stack())
@@ -331,14 +353,38 @@ func (a *Agent) runBox(ctx context.Context, r *wire.Run, emit func(*wire.OutputC
 				Cleanup: &wire.Cleanup{Status: wire.CleanupFailed, Detail: "the box's state is unknown after a panic"}}
 		}
 	}()
-	// No run has the network yet: the agent carries no streams (nor
-	// announces the capability), so a run that asks for it is refused.
-	res = a.cfg.Runner.Run(ctx, r, emit, nil)
+	res = a.cfg.Runner.Run(ctx, r, emit, conns)
 	if res == nil {
 		return nil, &wire.Error{Code: wire.ErrInternal, Message: "the box returned no result",
 			Cleanup: wire.Unknown("the box returned no result, so nothing says whether its box is gone")}
 	}
 	return res, nil
+}
+
+// handleNet passes a stream frame from the host to the run it addresses:
+// the run in progress whose request came on c with the frame's ID. It
+// never waits (netRun.handle). A frame for no run in progress is dropped:
+// the run has just ended, and frames cross its receipt. One for a run that
+// does not open the network is logged and dropped, not answered: an
+// answer would carry the run's ID, and the host would take it for the
+// run's.
+func (a *Agent) handleNet(c *conn, m *wire.Message) {
+	var ar *activeRun
+	a.mu.Lock()
+	for _, r := range a.runs {
+		if r.conn == c && r.msgID == m.ID {
+			ar = r
+			break
+		}
+	}
+	a.mu.Unlock()
+	switch {
+	case ar == nil:
+	case ar.net == nil:
+		a.logf("agent: %s: %s for run %s, which does not open the network: dropped", c, m.Type, ar.id)
+	default:
+		ar.net.handle(m)
+	}
 }
 
 // finish records a run and clears it from the runs in progress.

@@ -33,11 +33,12 @@ type fakeRunner struct {
 	admitted map[string]*wire.Run
 	refuse   error // Admit's answer when set
 	aside    []string
+	takers   map[string]func(net.Conn) bool // each run's conns, as Run got it
 }
 
 func newFakeRunner() *fakeRunner {
 	return &fakeRunner{started: make(chan *wire.Run, 8), release: make(chan struct{}, 8), aborted: make(chan string, 8),
-		room: 1, admitted: map[string]*wire.Run{}}
+		room: 1, admitted: map[string]*wire.Run{}, takers: map[string]func(net.Conn) bool{}}
 }
 
 // fullError is the fake's refusal for memory.
@@ -65,12 +66,15 @@ func (f *fakeRunner) Cancel(runID string) {
 	f.mu.Unlock()
 }
 
-func (f *fakeRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error, _ func(net.Conn) bool) *wire.Result {
+func (f *fakeRunner) Run(ctx context.Context, r *wire.Run, _ func(*wire.OutputChunk) error, conns func(net.Conn) bool) *wire.Result {
 	f.calls.Add(1)
 	defer f.Cancel(r.RunID)
 	if f.panics {
 		panic("box bug")
 	}
+	f.mu.Lock()
+	f.takers[r.RunID] = conns
+	f.mu.Unlock()
 	f.started <- r
 	status := wire.StatusOK
 	done := ctx.Done()

@@ -48,6 +48,11 @@ var kinds = []string{"", TypeHello, TypePing, TypePong, TypeRun, TypeReceipt, Ty
 // nothing through such an agent.
 const CapUnsealable = "unsealable"
 
+// CapNet is announced in hello by an agent that carries the streams of
+// runs that open the network (Run.Net, TypeNetOpen); a client sends such
+// a run only to an agent that announces it.
+const CapNet = "net"
+
 // Error codes a client can act on.
 const (
 	ErrBusy       = "busy"        // this client's run is in progress; nothing was queued
