@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"pybox/host/client"
+	"pybox/host/egress"
 	"pybox/host/mcp"
 )
 
@@ -28,7 +29,7 @@ func mcpMain(args []string) int {
 	if len(args) > 0 && args[0] == "config" {
 		return mcpConfig(args[1:])
 	}
-	fs := flags("mcp", "[--images LIST] [--max-timeout S] [--data NAMES] [--output-dir DIR]  |  pybox mcp config --help", `
+	fs := flags("mcp", "[--images LIST] [--max-timeout S] [--data NAMES] [--output-dir DIR] [--allow-net HOSTS]  |  pybox mcp config --help", `
 Serve the run_python tool over the Model Context Protocol on stdin and
 stdout, for an AI agent's MCP client to start. Every call runs in a fresh
 sealed box in the VM, which must be running (pybox vm start): this server
@@ -36,7 +37,11 @@ never starts it and never runs code outside it. The options are the
 ceilings an agent may ask for; the tool's schema shows them. With --data,
 an agent may name those data folders and its box sees them read-only at
 /data/NAME; with --output-dir, everything a program writes to /tmp/output
-is saved whole in DIR/RUN_ID/, never over an existing file. stdout carries
+is saved whole in DIR/RUN_ID/, never over an existing file. With
+--allow-net, a call may name some of those hosts and its program reaches
+them through a proxy in its box (HTTP_PROXY, HTTPS_PROXY) that this
+server serves, HTTPS end to end; without, no box reaches the network.
+stdout carries
 protocol messages only; the server logs to stderr. It speaks MCP
 2026-07-28 (server/discover, no handshake) and, to clients that
 initialize, 2025-11-25 and the revisions before it; the limits (32 calls
@@ -79,6 +84,9 @@ func folderNote(o mcp.Options) string {
 	if o.OutputDir != "" {
 		s += ", output saved in " + o.OutputDir
 	}
+	if hosts := o.Net.String(); hosts != "" {
+		s += ", network open to " + hosts
+	}
 	return s
 }
 
@@ -93,6 +101,7 @@ func mcpOptions(fs *flag.FlagSet, args []string) (mcp.Options, int, bool) {
 	outDir := fs.String("output-dir", "", "save everything a program writes to /tmp/output/ here, in a new directory per run (DIR/RUN_ID/)")
 	outDot := fs.Bool("output-dotfiles", false, "with --output-dir, also save files whose names start with a dot")
 	maxOut := fs.Int64("max-output-dir-bytes", mcp.DefaultMaxOutputDirBytes, "the most one run may save in --output-dir, in bytes (at most 64 MiB, a run's /tmp)")
+	allowNet := fs.String("allow-net", "", "hosts a call may let its program reach, comma-separated HOST, *.DOMAIN or HOST:PORT (a HOST alone: ports 443 and 80); a call names those it needs, and without this flag no box reaches the network")
 	maxTotal := fs.Int64("max-output-dir-total", mcp.DefaultMaxOutputDirTotal, "the most --output-dir may hold, earlier runs included, in bytes as du counts them and 4 KiB more for each file or directory (at most 1,000,000 entries); servers sharing the folder share the bound; when it is full, calls are refused until you make room (pybox never deletes a run's folder)")
 	pos, code, err := parse(fs, args)
 	if err != nil {
@@ -105,6 +114,11 @@ func mcpOptions(fs *flag.FlagSet, args []string) (mcp.Options, int, bool) {
 	if *outDir != "" {
 		if o.OutputDir, err = filepath.Abs(*outDir); err != nil {
 			return mcp.Options{}, usageError(fs, "--output-dir: %v", err), false
+		}
+	}
+	if *allowNet != "" {
+		if o.Net, err = egress.ParseAllow(*allowNet); err != nil {
+			return mcp.Options{}, usageError(fs, "--allow-net: %v", err), false
 		}
 	}
 	if o.Images, err = mcp.ParseImages(*images); err == nil {
@@ -171,7 +185,7 @@ func pollable(f *os.File, fd int, name string) *os.File {
 }
 
 func mcpConfig(args []string) int {
-	fs := flags("mcp config", "[--client NAME] [--images LIST] [--max-timeout S]", `
+	fs := flags("mcp config", "[--client NAME] [--images LIST] [--max-timeout S] [--allow-net HOSTS]", `
 Print a ready-to-paste configuration that starts `+"`pybox mcp`"+` with the
 options given, naming this pybox by its absolute path (desktop apps do not
 see the shell's PATH) and setting PYBOX_HOME to this shell's (clients start

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"pybox/host/egress"
 	"pybox/shared/wire"
 )
 
@@ -33,6 +34,9 @@ type callArgs struct {
 	ReturnFiles    bool       `json:"return_files"`
 	// Data is an argument only on a server with data folders.
 	Data []string `json:"data,omitempty"`
+	// Network is an argument only on a server that opens the network
+	// (--allow-net).
+	Network []string `json:"network,omitempty"`
 }
 
 // callFile is one of the files argument's {name, content, encoding}.
@@ -44,10 +48,14 @@ type callFile struct {
 
 // allowedArgs lists the arguments, for the message that refuses another.
 func allowedArgs(o *Options) string {
+	args := "code, image, timeout_s, max_output_bytes, files, return_files"
 	if len(o.Data) > 0 {
-		return "code, image, timeout_s, max_output_bytes, files, return_files, data"
+		args += ", data"
 	}
-	return "code, image, timeout_s, max_output_bytes, files, return_files"
+	if o.netOpen() {
+		args += ", network"
+	}
+	return args
 }
 
 // parseArgs reads run_python's arguments from the raw JSON the client
@@ -55,24 +63,30 @@ func allowedArgs(o *Options) string {
 // checks them against this server's ceilings (checkCeilings). The
 // product's rules of a run (sizes, names, bounds) are not checked here:
 // client.CheckRun checks every run the host sends, once. The run it
-// returns has no RunID.
-func parseArgs(raw []byte, o *Options) (*wire.Run, error) {
+// returns has no RunID. A call that names hosts in network gets a run
+// with Net, and the hosts it may reach: the server's list narrowed to
+// them (netArg); any other call, a run without Net and an empty list.
+func parseArgs(raw []byte, o *Options) (*wire.Run, egress.Allow, error) {
+	var none egress.Allow
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = []byte("{}")
 	}
 	var a callArgs
 	if err := wire.DecodeStrict(raw, &a, "the arguments"); err != nil {
-		return nil, argError(err, o)
+		return nil, none, argError(err, o)
 	}
 	if a.Data != nil && len(o.Data) == 0 {
-		return nil, argError(&wire.KeyError{Key: "data", Problem: wire.KeyUnknown}, o)
+		return nil, none, argError(&wire.KeyError{Key: "data", Problem: wire.KeyUnknown}, o)
+	}
+	if a.Network != nil && !o.netOpen() {
+		return nil, none, argError(&wire.KeyError{Key: "network", Problem: wire.KeyUnknown}, o)
 	}
 	r := &wire.Run{Code: a.Code, Image: given(a.Image, o.defaultImage()), TimeoutSeconds: given(a.TimeoutSeconds, o.defaultTimeout()),
 		MaxOutputBytes: given(a.MaxOutputBytes, wire.DefaultOutputBytes), ReturnFiles: a.ReturnFiles}
 	for i, f := range a.Files {
 		content, err := decodeContent(f.Content, f.Encoding)
 		if err != nil {
-			return nil, fmt.Errorf("files[%d] (%q): %w", i, f.Name, err)
+			return nil, none, fmt.Errorf("files[%d] (%q): %w", i, f.Name, err)
 		}
 		r.Files = append(r.Files, wire.InputFile{Name: f.Name, Content: content})
 	}
@@ -80,9 +94,48 @@ func parseArgs(raw []byte, o *Options) (*wire.Run, error) {
 		r.Data = append(r.Data, wire.DataFolder{Name: name})
 	}
 	if err := checkCeilings(r, o); err != nil {
-		return nil, err
+		return nil, none, err
 	}
-	return r, nil
+	if a.Network == nil {
+		return r, none, nil
+	}
+	allow, err := netArg(a.Network, o)
+	if err != nil {
+		return nil, none, err
+	}
+	r.Net = true
+	return r, allow, nil
+}
+
+// netArg reads the network argument, and narrows the server's list to
+// it: a call may name fewer hosts or ports than the server opens, never
+// more. Each entry is one of the server's HOST[:PORT] forms.
+func netArg(list []string, o *Options) (egress.Allow, error) {
+	if len(list) == 0 {
+		return egress.Allow{}, errors.New("network is empty: name at least one host, or leave network out for a run without network")
+	}
+	if len(list) > maxNetworkEntries {
+		return egress.Allow{}, fmt.Errorf("network names %d hosts; at most %d", len(list), maxNetworkEntries)
+	}
+	for i, e := range list {
+		switch {
+		case len(e) > maxNetworkEntryBytes:
+			return egress.Allow{}, fmt.Errorf("network[%d] has %d bytes; at most %d (a host name and a port)", i, len(e), maxNetworkEntryBytes)
+		case e == "":
+			return egress.Allow{}, fmt.Errorf("network[%d] is empty: give a host, as HOST or HOST:PORT", i)
+		case strings.Contains(e, ","):
+			return egress.Allow{}, fmt.Errorf("network[%d] (%q) has a comma: give one host per entry", i, wire.EscapeName(e))
+		}
+	}
+	sub, err := egress.ParseAllow(strings.Join(list, ","))
+	if err != nil {
+		return egress.Allow{}, fmt.Errorf("network: %w", err)
+	}
+	allow, err := o.Net.Narrow(sub)
+	if err != nil {
+		return egress.Allow{}, fmt.Errorf("network: %w", err)
+	}
+	return allow, nil
 }
 
 // given is what an argument gives, or def when it is not given.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"pybox/host/client"
+	"pybox/host/egress"
 	"pybox/shared/wire"
 )
 
@@ -17,17 +18,23 @@ func testOptions() Options {
 // tool's rules and the server's ceilings), then client.CheckRun (the
 // product's rules, the host's one check of a run).
 func admit(raw []byte, o *Options) (*wire.Run, error) {
-	r, err := parseArgs(raw, o)
+	r, _, err := admitNet(raw, o)
+	return r, err
+}
+
+// admitNet is admit that also returns the hosts the run may reach.
+func admitNet(raw []byte, o *Options) (*wire.Run, egress.Allow, error) {
+	r, allow, err := parseArgs(raw, o)
 	if err != nil {
-		return nil, err
+		return nil, allow, err
 	}
 	r.RunID = wire.NewRunID("mcp-")
 	c, err := client.CheckRun(r)
 	if err != nil {
-		return nil, err
+		return nil, allow, err
 	}
 	run := c.Run()
-	return &run, nil
+	return &run, allow, nil
 }
 
 func TestParseArgsAccepts(t *testing.T) {
@@ -166,17 +173,17 @@ func TestParseArgsRefuses(t *testing.T) {
 
 func TestParseArgsFollowsOptions(t *testing.T) {
 	o := Options{Images: []string{"data"}, MaxTimeout: 0.5}
-	r, err := parseArgs([]byte(`{"code":"x"}`), &o)
+	r, _, err := parseArgs([]byte(`{"code":"x"}`), &o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Image != "data" || r.TimeoutSeconds != 0.5 {
 		t.Fatalf("defaults under a lower ceiling and no stdlib: image %q, timeout %v", r.Image, r.TimeoutSeconds)
 	}
-	if _, err := parseArgs([]byte(`{"code":"x","image":"stdlib"}`), &o); err == nil {
+	if _, _, err := parseArgs([]byte(`{"code":"x","image":"stdlib"}`), &o); err == nil {
 		t.Fatal("stdlib accepted on a server that allows only data")
 	}
-	if _, err := parseArgs([]byte(`{"code":"x","timeout_s":0.6}`), &o); err == nil {
+	if _, _, err := parseArgs([]byte(`{"code":"x","timeout_s":0.6}`), &o); err == nil {
 		t.Fatal("a timeout over the ceiling accepted")
 	}
 }
@@ -191,12 +198,14 @@ func FuzzParseArgs(f *testing.F) {
 		`{"code":"x","files":[{"name":"A","content":""},{"name":"a","content":""}]}`,
 		`{"code":"x","timeout_s":1e400}`, `{"code":"x","code":"y"}`, `[]`, `{"files":[[[[[]]]]]}`,
 		`{"code":"x","files":[{"name":"a","content":"-_==","encoding":"base64"}]}`,
+		`{"code":"x","network":["api.example.com:443","*.pythonhosted.org:443"]}`, `{"code":"x","network":["evil.org"]}`,
+		`{"code":"x","network":["[2001:db8::1]:443","a.pythonhosted.org."]}`,
 	} {
 		f.Add([]byte(s))
 	}
-	o := testOptions()
+	o := netOptions(f)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		r, err := admit(raw, &o)
+		r, allow, err := admitNet(raw, &o)
 		if err != nil {
 			if r != nil {
 				t.Fatal("a run with an error")
@@ -205,6 +214,12 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		if err := checkCeilings(r, &o); err != nil {
 			t.Fatalf("accepted a run over the server's ceilings: %v", err)
+		}
+		if r.Net != (allow.String() != "") {
+			t.Fatalf("net %v with hosts %q", r.Net, allow)
+		}
+		if _, err := o.Net.Narrow(allow); err != nil {
+			t.Fatalf("a call got more than the server opens: %v", err)
 		}
 	})
 }

@@ -11,6 +11,13 @@
 // Returned files that are well-formed pictures (checked by host/picture)
 // also go to the client as image content, within the same limits.
 //
+// When the user opens the network (Options.Net, --allow-net), a call may
+// name some of those hosts in its network argument, never more; its box
+// reaches them through a proxy that this process serves, one
+// egress.Gate per call, and the receipt's network section is that gate's
+// record. A call that names none runs without network, as every call
+// does on a server without the list.
+//
 // stdout is the protocol's alone: the program's output only ever travels
 // as strings inside a tool result. The server never starts the VM and never
 // runs code anywhere but in it.

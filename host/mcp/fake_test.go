@@ -17,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/host/client"
+	"pybox/host/egress"
 	"pybox/shared/wire"
 )
 
@@ -31,12 +32,16 @@ type fakeVM struct {
 	result func(r *wire.Run) (*wire.Result, error)
 	// deliver, when set, answers every run that asks for delivery.
 	deliver func(r *wire.Run, output func(*wire.OutputChunk)) (*wire.Result, error)
+	// network, when set, is the network section of the receipt of every
+	// run with a gate, as host/client makes it from the gate's records.
+	network func(g *egress.Gate) *wire.Network
 	// cleanup is how long a cancelled run takes to answer: the guest
 	// kills the box and removes it first.
 	cleanup time.Duration
 
 	mu        sync.Mutex
 	runs      []*wire.Run
+	gates     []*egress.Gate // each run's, nil for a run without one
 	cancelled []string
 	started   chan string // run ids as they start
 	stopping  chan string // run ids as their cancellation reaches them
@@ -62,6 +67,12 @@ func (v *fakeVM) Runs() []*wire.Run {
 	return append([]*wire.Run(nil), v.runs...)
 }
 
+func (v *fakeVM) Gates() []*egress.Gate {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]*egress.Gate(nil), v.gates...)
+}
+
 func (v *fakeVM) Cancelled() []string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -72,13 +83,29 @@ type fakeConn struct{ v *fakeVM }
 
 func (c fakeConn) Close() error { return nil }
 
-// RunDeliver hands on the fake guest's answer as host/client does: bounded.
-func (c fakeConn) RunDeliver(ctx context.Context, checked *client.Checked, output func(*wire.OutputChunk)) (*client.Result, error) {
-	res, err := c.answer(ctx, checked, output)
+// RunWith hands on the fake guest's answer as host/client does: bounded,
+// and with the network section from the gate (host/client refuses a run
+// whose Net and gate disagree).
+func (c fakeConn) RunWith(ctx context.Context, checked *client.Checked, opts client.RunOptions) (*client.Result, error) {
+	run := checked.Run()
+	c.v.mu.Lock()
+	c.v.gates = append(c.v.gates, opts.Net)
+	c.v.mu.Unlock()
+	if run.Net != (opts.Net != nil) {
+		return nil, &wire.Error{Code: wire.ErrBadRequest, Message: "the run's Net and its gate disagree", Cleanup: wire.NothingRan()}
+	}
+	res, err := c.answer(ctx, checked, opts.Output)
 	if res == nil {
 		return nil, err
 	}
-	return taken(res), err
+	out := taken(res)
+	if opts.Net != nil {
+		out.Receipt.Network = &wire.Network{Allowed: opts.Net.Allow.String(), Connections: []wire.NetConnection{}}
+		if c.v.network != nil {
+			out.Receipt.Network = c.v.network(opts.Net)
+		}
+	}
+	return out, err
 }
 
 // answer is what the fake guest answers to a run.

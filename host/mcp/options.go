@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"pybox/host/egress"
 	"pybox/shared/wire"
 )
 
@@ -41,6 +42,11 @@ type Options struct {
 	// call when nothing is left is refused. PyBox never deletes a run's
 	// folder: making room is the user's choice.
 	MaxOutputDirTotal int64
+	// Net lists the hosts and ports a program may reach (--allow-net),
+	// through the host's egress.Gate. Empty: the tool has no network
+	// argument at all, and no run reaches the network. A call reaches
+	// the network only when it names hosts, and only hosts among these.
+	Net egress.Allow
 }
 
 // Defaults of the data and output folder options.
@@ -211,7 +217,15 @@ func (o *Options) Args() []string {
 	if o.MaxOutputDirTotal != DefaultMaxOutputDirTotal {
 		args = append(args, "--max-output-dir-total", strconv.FormatInt(o.MaxOutputDirTotal, 10))
 	}
+	if o.netOpen() {
+		args = append(args, "--allow-net", o.Net.String())
+	}
 	return args
+}
+
+// netOpen reports whether the server lets calls reach the network.
+func (o *Options) netOpen() bool {
+	return o.Net.String() != ""
 }
 
 // allowsData reports whether an agent may name data folder name.

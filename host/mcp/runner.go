@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"pybox/host/client"
-	"pybox/shared/wire"
 )
 
 // VM is the server's connection to the VM, through which it runs
@@ -12,9 +11,9 @@ import (
 // (The guest's agent has a Runner of its own: what runs a program in a
 // box, inside the VM.)
 type VM interface {
-	// RunDeliver runs one program in a fresh box and returns the host's
+	// RunWith runs one program in a fresh box and returns the host's
 	// result of it (the guest's receipt, bounded by host/client).
-	// When ctx is cancelled, RunDeliver must cancel the run in the guest
+	// When ctx is cancelled, RunWith must cancel the run in the guest
 	// and still return the receipt (status cancelled) if it comes within
 	// a bounded wait: that receipt is how the server learns the box was
 	// removed. It returns this run's own result or an error, never both
@@ -23,8 +22,12 @@ type VM interface {
 	// Errors are a *wire.Error when the guest, the supervisor or the
 	// client know what happened, or a transport error when contact was
 	// lost. A run that asks for delivery (r.Deliver) has its output
-	// files' parts passed to output, in order, before RunDeliver returns.
-	RunDeliver(ctx context.Context, r *client.Checked, output func(*wire.OutputChunk)) (*client.Result, error)
+	// files' parts passed to opts.Output, in order, before RunWith
+	// returns. A run that may reach the network (r.Net) has its box's
+	// connections served by opts.Net, one gate for the one run, and the
+	// receipt's network section is that gate's record; a run without
+	// Net gets no gate.
+	RunWith(ctx context.Context, r *client.Checked, opts client.RunOptions) (*client.Result, error)
 	Close() error
 }
 

@@ -14,6 +14,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"pybox/host/client"
+	"pybox/host/egress"
 	"pybox/host/outdir"
 	"pybox/shared/wire"
 )
@@ -161,7 +162,7 @@ func extrasOf(req *sdk.CallToolRequest) wireExtras {
 }
 
 func (s *Server) run(ctx context.Context, raw []byte, who string) outcome {
-	run, err := parseArgs(raw, &s.opts)
+	run, allow, err := parseArgs(raw, &s.opts)
 	if err != nil {
 		return refused(codeInvalidArguments, "arguments refused: "+err.Error()+". Nothing ran.")
 	}
@@ -217,11 +218,16 @@ func (s *Server) run(ctx context.Context, raw []byte, who string) outcome {
 		return refused(code, msg+". Nothing ran.")
 	}
 	defer vm.Close()
-	var take func(*wire.OutputChunk)
+	var opts client.RunOptions
 	if out != nil {
-		take = out.Chunk
+		opts.Output = out.Chunk
 	}
-	res, err := vm.RunDeliver(ctx, checked, take)
+	if run.Net {
+		// One gate for this call: it serves the box's connections under
+		// the hosts the call named, and is done with when the run is.
+		opts.Net = &egress.Gate{Allow: allow}
+	}
+	res, err := vm.RunWith(ctx, checked, opts)
 	o := s.judge(run, res, err)
 	if out != nil {
 		o.Saved = saveOutput(out, o.Result)
@@ -280,7 +286,7 @@ func saveOutput(out *outdir.Dir, res *client.Result) *savedOut {
 	return so
 }
 
-// judge turns what RunDeliver returned into an outcome. host/client has
+// judge turns what RunWith returned into an outcome. host/client has
 // already held the guest's answer to the run and bounded it (see VM):
 // here an error is only given its cleanup status.
 func (s *Server) judge(run *wire.Run, res *client.Result, err error) outcome {
@@ -361,6 +367,9 @@ func (s *Server) report(ctx context.Context, run *wire.Run, o outcome) {
 	status, cleanup := "", o.Cleanup
 	if o.Result != nil {
 		status, cleanup = o.Result.Receipt.Status, o.Result.Receipt.Cleanup
+		if n := o.Result.Receipt.Network; n != nil {
+			status += fmt.Sprintf(", network %s: %d connections, %d refused", n.Allowed, len(n.Connections)+n.NotListed, n.Refused)
+		}
 	} else {
 		status = "error " + o.Err.Code
 	}

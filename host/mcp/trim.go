@@ -64,8 +64,13 @@ func newTrimmer(o outcome) *trimmer {
 		t.doc.Execution = &essentials{RunID: o.RunID, Cleanup: cutCleanup(o.Cleanup)}
 		return t
 	}
-	// The receipt is host/client's, bounded; the trimming works on a copy.
+	// The receipt is host/client's, bounded; the trimming works on a copy
+	// (of the network section too, which it holds by pointer).
 	rec := o.Result.Receipt
+	if rec.Network != nil {
+		n := *rec.Network
+		rec.Network = &n
+	}
 	t.rec, t.orig, t.doc.Execution = &rec, rec, &rec
 	t.doc.OutputDir = o.Saved
 	if o.Result.Cut() {
@@ -208,10 +213,11 @@ func (t *trimmer) cutCapture(ok func() bool, limit string) {
 // cutLists shortens the receipt's lists of files, down to their first
 // entries: first those of files that came (delivered, returned) and the
 // input files, whose counts, bytes and digests stay (delivered_all sums
-// up every delivered file); only then those of files that did not come,
-// counted on in not_listed and not_delivered_unlisted. What was not
-// delivered, and why, is what the host learns from the receipt alone:
-// it goes last.
+// up every delivered file); then the network's connections, counted on
+// in its not_listed (its totals and refused count stay); only then those
+// of files that did not come, counted on in not_listed and
+// not_delivered_unlisted. What was not delivered, and why, is what the
+// host learns from the receipt alone: it goes last.
 func (t *trimmer) cutLists(ok func() bool, limit string) {
 	if ok() {
 		return
@@ -235,6 +241,7 @@ func (t *trimmer) cutLists(ok func() bool, limit string) {
 		}
 		t.note("%s cut from %d to %d entries%s to fit %s", l.name, len(l.orig), len(*l.list), all, limit)
 	}
+	t.cutConnections(ok, limit)
 	for _, l := range []struct {
 		name, counted string
 		list          *[]wire.NotReturned
@@ -255,6 +262,19 @@ func (t *trimmer) cutLists(ok func() bool, limit string) {
 		t.note("%s cut from %d to %d entries (counted in %s) to fit %s", l.name, len(l.orig), len(*l.list), l.counted, limit)
 	}
 	t.orig = *t.rec
+}
+
+// cutConnections lists fewer of the network's connections, counting
+// the rest in its not_listed.
+func (t *trimmer) cutConnections(ok func() bool, limit string) {
+	if t.orig.Network == nil || len(t.orig.Network.Connections) == 0 || ok() {
+		return
+	}
+	orig, origCount := t.orig.Network.Connections, t.orig.Network.NotListed
+	n := t.rec.Network // t.orig's too: the counts below are taken from orig and origCount
+	set := func(k int) { n.Connections, n.NotListed = orig[:k], origCount+len(orig)-k }
+	largest(len(orig), set, ok)
+	t.note("network.connections cut from %d to %d entries (counted in not_listed) to fit %s", len(orig), len(n.Connections), limit)
 }
 
 // dropFileEntries lists fewer returned files.
