@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"pybox/host/client"
+	"pybox/shared/wire"
 )
 
 // capture runs f with stdout and stderr going to a pipe and returns what
@@ -114,5 +117,60 @@ func TestParseRun(t *testing.T) {
 		if code != exitUsage {
 			t.Errorf("parseRun(%q): exit %d, want %d", bad, code, exitUsage)
 		}
+	}
+}
+
+func TestParseRunAllowNet(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "s.py")
+	os.WriteFile(script, []byte("print(1)"), 0o600)
+	ra, code, ok := parseRun([]string{script})
+	if !ok || ra.run.Net || ra.gate != nil || ra.checked.Run().Net {
+		t.Fatalf("without --allow-net: %d %+v", code, ra)
+	}
+	ra, code, ok = parseRun([]string{"--allow-net", "example.com,127.0.0.1:8443", script})
+	if !ok {
+		t.Fatalf("parseRun failed: %d", code)
+	}
+	if !ra.run.Net || !ra.checked.Run().Net || ra.gate == nil {
+		t.Fatalf("run %+v gate %v", ra.run, ra.gate)
+	}
+	if _, ok := ra.gate.Allow.Allows("127.0.0.1", 8443); !ok {
+		t.Errorf("the gate does not allow 127.0.0.1:8443: %s", ra.gate.Allow)
+	}
+	if _, ok := ra.gate.Allow.Allows("example.org", 443); ok {
+		t.Errorf("the gate allows example.org: %s", ra.gate.Allow)
+	}
+	for _, bad := range []string{"", "http://example.com", "example.com,,x.org", "*.com", "example.com:0"} {
+		out, code := capture(t, func() int { _, c, _ := parseRun([]string{"--allow-net", bad, script}); return c })
+		if code != exitUsage || !strings.Contains(out, "--allow-net") {
+			t.Errorf("--allow-net %q: exit %d, output %q", bad, code, out)
+		}
+	}
+	out, _ := capture(t, func() int { _, c, _ := parseRun([]string{"--allow-net", "ok.example,bad entry", script}); return c })
+	if !strings.Contains(out, `"bad entry"`) {
+		t.Errorf("the error does not name the entry: %q", out)
+	}
+}
+
+func TestNetworkSummary(t *testing.T) {
+	if l := networkSummary(nil); l != nil {
+		t.Errorf("no network: %q", l)
+	}
+	nw := &wire.Network{Allowed: "example.com", NotListed: 2, Refused: 11, SentBytes: 2048, ReceivedBytes: 10,
+		Connections: []wire.NetConnection{{Host: "example.com", Port: 443, Kind: "tls", Allowed: true}, {Host: "::1", Port: 80, Why: "not on the list"}}}
+	for range 9 {
+		nw.Connections = append(nw.Connections, wire.NetConnection{Host: "evil.test", Port: 443, Why: "not on\x1b the list"})
+	}
+	nw.Connections[2].Why = "refused: the TLS server name x is not the host of the CONNECT, evil.test"
+	l := networkSummary(nw)
+	if len(l) != 1+8+1 || l[0] != "network: 13 connections (11 refused), 2.0 KiB sent, 10 B received" ||
+		l[1] != "refused: [::1]:80: not on the list" || l[2] != "refused: evil.test:443: the TLS server name x is not the host of the CONNECT, evil.test" || !strings.HasPrefix(l[9], "refused: 3 more") {
+		t.Errorf("summary %q", l)
+	}
+	// The summary's lines are escaped when printed (runDone).
+	rc := &wire.Receipt{RunID: "r", Status: wire.StatusOK, Network: nw, Cleanup: wire.Cleanup{Status: wire.CleanupRemoved}}
+	out, _ := capture(t, func() int { return runDone(&runArgs{}, &client.Result{Result: wire.Result{Receipt: *rc}}, nil) })
+	if strings.Contains(out, "\x1b") || !strings.Contains(out, "pybox: network: 13 connections") {
+		t.Errorf("printed %q", out)
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"pybox/host/client"
+	"pybox/host/egress"
 	"pybox/host/escape"
 	"pybox/host/mcp"
 	"pybox/host/outdir"
@@ -39,6 +42,9 @@ type runArgs struct {
 	dotfiles bool // --out-dotfiles: write returned names that start with a dot
 	asJSON   bool
 	raw      bool // --raw: the program's output as it is, even on a terminal
+	// gate serves the run's connections with --allow-net; nil without:
+	// the box then has no network at all.
+	gate *egress.Gate
 }
 
 func runMain(args []string) int {
@@ -75,7 +81,7 @@ func runMain(args []string) int {
 		}
 		take = out.Chunk
 	}
-	res, err := c.RunDeliver(ctx, ra.checked, take)
+	res, err := c.RunWith(ctx, ra.checked, client.RunOptions{Output: take, Net: ra.gate})
 	if err != nil && out != nil {
 		out.Abort()
 	}
@@ -102,7 +108,19 @@ the program's output (escape sequences that could act on the terminal) are
 shown escaped, as \x1b or \u{202e}; --raw passes them through. Exit status
 0 only when the program succeeded and its box was removed (cleanup
 REMOVED). The VM must be running (pybox vm start); code never runs outside
-it.`)
+it.
+
+A box has no network unless you open it, for this run, with --allow-net:
+its program can then reach only the hosts and ports you list, through a
+proxy in its box (HTTP_PROXY and HTTPS_PROXY point at it) that pybox on
+this machine serves: it checks each connection against the list, refuses
+local and private addresses unless you named the address itself, and
+dials. HTTPS stays end to end between the program and the server (the
+proxy passes the encrypted bytes on; it checks the server name the
+program sends). Clients that ignore HTTP(S)_PROXY (raw sockets, UDP, DNS)
+get no network. The summary and --json's receipt list the connections,
+served and refused. Only you open the network, with this flag: nothing
+the program does can reach a host that is not on your list.`)
 	ra := &runArgs{}
 	image := fs.String("image", "stdlib", "the image to run in")
 	timeout := fs.Float64("timeout", wire.DefaultTimeoutSeconds, "wall timeout in seconds (at most 30)")
@@ -114,6 +132,7 @@ it.`)
 	fs.BoolVar(&ra.dotfiles, "out-dotfiles", false, "with --out, also write returned files whose names start with a dot")
 	fs.BoolVar(&ra.asJSON, "json", false, "print the whole result (receipt and files) as JSON")
 	fs.BoolVar(&ra.raw, "raw", false, "print the program's output as it is, control characters included, even on a terminal")
+	allowNet := fs.String("allow-net", "", "let the program reach the hosts in `LIST`, through a proxy in its box: HOST or HOST:PORT, comma-separated; HOST a name (api.example.com), *.DOMAIN (its subdomains), an IPv4 address or [an IPv6 one]; a HOST alone means ports 443 and 80")
 	pos, code, err := parse(fs, args)
 	if err != nil {
 		return nil, code, false
@@ -130,6 +149,16 @@ it.`)
 	if ra.out != "" {
 		// --out gets every file whole, not only what fits in a result.
 		ra.run.Deliver = &wire.Deliver{MaxBytes: wire.DefaultTmpBytes}
+	}
+	netSet := false
+	fs.Visit(func(f *flag.Flag) { netSet = netSet || f.Name == "allow-net" })
+	if netSet {
+		a, err := egress.ParseAllow(*allowNet)
+		if err != nil {
+			return nil, usageError(fs, "--allow-net %s: %v", *allowNet, err), false
+		}
+		ra.run.Net = true
+		ra.gate = &egress.Gate{Allow: a}
 	}
 	for _, n := range data {
 		ra.run.Data = append(ra.run.Data, wire.DataFolder{Name: n})
@@ -308,6 +337,39 @@ func summary(rc *wire.Receipt) []string {
 	}
 	if rc.Output.NotListed > 0 {
 		lines = append(lines, fmt.Sprintf("not returned: %d more files not listed", rc.Output.NotListed))
+	}
+	return append(lines, networkSummary(rc.Network)...)
+}
+
+// maxRefusedLines is how many refused connections the summary names.
+const maxRefusedLines = 8
+
+// networkSummary is a run's connections in a few lines: none for a run
+// that could not reach the network.
+func networkSummary(nw *wire.Network) []string {
+	if nw == nil {
+		return nil
+	}
+	lines := []string{fmt.Sprintf("network: %d connections (%d refused), %s sent, %s received",
+		len(nw.Connections)+nw.NotListed, nw.Refused, size(nw.SentBytes), size(nw.ReceivedBytes))}
+	shown := 0
+	for _, c := range nw.Connections {
+		if c.Allowed {
+			continue
+		}
+		if shown == maxRefusedLines {
+			break
+		}
+		shown++
+		to := "an unread request"
+		if c.Host != "" {
+			to = net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
+		}
+		// Some of the gate's reasons say "refused" themselves.
+		lines = append(lines, fmt.Sprintf("refused: %s: %s", to, strings.TrimPrefix(c.Why, "refused: ")))
+	}
+	if more := nw.Refused - shown; more > 0 && shown > 0 {
+		lines = append(lines, fmt.Sprintf("refused: %d more (--json lists the first %d connections)", more, wire.MaxNetListed))
 	}
 	return lines
 }

@@ -322,6 +322,11 @@ func (c *Client) RunWith(ctx context.Context, checked *Checked, opts RunOptions)
 		}
 		return nil, runError(wire.ErrBadRequest, msg, wire.NothingRan())
 	}
+	if r.Net && !slices.Contains(c.hello.Capabilities, wire.CapNet) {
+		return nil, runError(wire.ErrBadRequest, fmt.Sprintf(
+			"the run may reach the network, but the VM's guest agent (%s) carries no connections: "+
+				"restart the VM with this pybox: `pybox vm stop`, then `pybox vm start`", c.hello.AgentVersion), wire.NothingRan())
+	}
 	limit := deadlineFor(r)
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()

@@ -204,7 +204,7 @@ func netServe(t *testing.T, upstream *httptest.Server, scripts map[string]func(*
 		}
 		return nil, fmt.Errorf("no such host %s", host)
 	}
-	home = serveGuest(t, wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "fake"}, nil, netGuest(scripts))
+	home = serveGuest(t, wire.Hello{Protocol: wire.ProtocolVersion, AgentVersion: "fake", Capabilities: []string{wire.CapNet}}, nil, netGuest(scripts))
 	return home, func() *egress.Gate { return &egress.Gate{Allow: allow, Lookup: lookup} }, port
 }
 
@@ -404,6 +404,23 @@ func TestNetNeedsAGate(t *testing.T) {
 		if res != nil || !errors.As(err, &we) || we.Code != wire.ErrBadRequest || we.Cleanup.Status != wire.CleanupNotAttempted {
 			t.Errorf("%s: %+v, %v", name, res, err)
 		}
+	}
+}
+
+// A run that may reach the network is refused, and nothing runs, when
+// the guest's agent does not announce that it carries connections.
+func TestNetNeedsCapNet(t *testing.T) {
+	home := serve(t)
+	c, err := client.Dial(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.RunWith(context.Background(), netRun("r1"), client.RunOptions{Net: &egress.Gate{}})
+	var we *wire.Error
+	if res != nil || !errors.As(err, &we) || we.Code != wire.ErrBadRequest || we.Cleanup.Status != wire.CleanupNotAttempted ||
+		!strings.Contains(we.Message, "restart the VM with this pybox") {
+		t.Fatalf("RunWith = %+v, %v", res, err)
 	}
 }
 

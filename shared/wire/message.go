@@ -13,8 +13,10 @@ import (
 // and ID and a JSON body; 4 gives a run frame a header of its own
 // (RunHeader), so that the supervisor routes runs without their body;
 // 5 runs several boxes at once, admitted by memory, and a pong lists
-// every run in progress.
-const ProtocolVersion = 5
+// every run in progress; 6 carries the connections of a run the user let
+// reach the network as streams of that run (Run.Net, TypeNetOpen and the
+// other net frames), to an agent that announces CapNet.
+const ProtocolVersion = 6
 
 // Message types. Every request the host sends carries an ID; the guest's
 // answer carries the same ID. A run is answered once, by its receipt (or by
