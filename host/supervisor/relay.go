@@ -785,7 +785,7 @@ func (r *Relay) forwardNet(c *peer, id uint64, p []byte) bool {
 		return true // the run is being answered with why
 	}
 	wire.SetID(p, gid)
-	if err := r.writeGuest(p); err != nil {
+	if err := r.writeGuest(p, nil); err != nil {
 		r.logf("run %s: passing a stream frame to the guest: %v", pd.runID, err)
 	}
 	return true
@@ -810,23 +810,26 @@ func (r *Relay) sendPayload(p *pending, payload []byte) error {
 	r.pending[id] = p
 	r.mu.Unlock()
 	wire.SetID(payload, id)
-	err := r.writeGuest(payload)
-	if err != nil {
+	return r.writeGuest(payload, func() {
 		r.mu.Lock()
 		delete(r.pending, id)
 		r.mu.Unlock()
-	}
-	return err
+	})
 }
 
 // writeGuest writes a frame to the guest, as it is, within
-// guestWriteLimit. A guest that does not take it in that time is wedged:
-// the channel is closed.
-func (r *Relay) writeGuest(payload []byte) error {
+// guestWriteLimit. When it fails, forget (if any) runs first: the
+// request is then the caller's to answer, not one of those in flight. A
+// guest that does not take the frame in that time is wedged: the channel
+// is closed, and every request still in flight is answered.
+func (r *Relay) writeGuest(payload []byte, forget func()) error {
 	r.wmu.Lock()
 	r.guest.SetWriteDeadline(time.Now().Add(guestWriteLimit))
 	err := frame.Write(r.guest, payload)
 	r.wmu.Unlock()
+	if err != nil && forget != nil {
+		forget()
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// Part of the frame may be out: the stream cannot go on. Closing
 		// it ends ReadGuest, and every request in flight is answered.
