@@ -231,8 +231,7 @@ func network(allowed string, recs []egress.Record, faults int) *wire.Network {
 			nw.NotListed++
 			continue
 		}
-		nw.Connections = append(nw.Connections, wire.NetConnection{Host: r.Host, Port: r.Port, Address: r.Address, Kind: r.Kind,
-			Sent: r.Sent, Received: r.Received, Millis: r.Millis, Allowed: r.Allowed, Why: r.Why})
+		nw.Connections = append(nw.Connections, r)
 	}
 	return nw
 }

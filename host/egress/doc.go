@@ -45,7 +45,7 @@
 // [Limits] on connections, bytes and time, closes them all when the call
 // ends, and keeps a [Record] of each, served or refused, for the
 // receipt. Where the connections come from (the guest channel) is the
-// caller's: a Gate serves any io.ReadWriteCloser. It imports only
-// the standard library: international names are given in their xn--
-// (punycode) form.
+// caller's: a Gate serves any io.ReadWriteCloser. Besides the standard
+// library it imports only shared/wire (a Record is the receipt's entry):
+// international names are given in their xn-- (punycode) form.
 package egress

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"pybox/shared/wire"
 )
 
 // Gate serves a box's connections under the user's list, for one call:
@@ -46,20 +48,9 @@ type Limits struct {
 // DefaultLimits are a call's bounds unless the user sets others.
 var DefaultLimits = Limits{Connections: 256, Bytes: 1 << 30, Head: 10 * time.Second, Dial: 10 * time.Second}
 
-// Record is one connection as the host saw it.
-type Record struct {
-	Host     string `json:"host"`              // as the box named it ("" when its request could not be read)
-	Port     int    `json:"port,omitempty"`    // idem
-	Address  string `json:"address,omitempty"` // the address dialled
-	Kind     string `json:"kind"`              // "tls" (a CONNECT tunnel) or "http"
-	Sent     int64  `json:"sent_bytes"`        // from the box to the server
-	Received int64  `json:"received_bytes"`    // from the server to the box
-	Millis   int64  `json:"duration_ms"`
-	Allowed  bool   `json:"allowed"`
-	// Why says why the connection was refused, or why a served one was
-	// cut short (a bound); empty for one that ran its course.
-	Why string `json:"why,omitempty"`
-}
+// Record is one connection as the host saw it: the receipt's own entry
+// for it, so that the receipt carries what the gate recorded as it is.
+type Record = wire.NetConnection
 
 func (g *Gate) limits() Limits {
 	l := g.Limits
