@@ -31,13 +31,8 @@ func coldVM(t *testing.T) *vmEnv {
 	return e
 }
 
-// equivalence are programs whose receipts must agree, warm or cold, on
-// everything but timings, the box and memory.
-var equivalence = []struct {
-	name, code string
-	flags      []string
-}{
-	{"the program's world", `
+// worldCode prints what a program finds of its process and box.
+const worldCode = `
 import os, sys, signal, resource, threading, stat
 m = sys.modules["__main__"]
 print("main", sorted(k for k in vars(m)), m.__name__, m.__spec__, m.__package__, getattr(m, "__file__", None))
@@ -55,7 +50,25 @@ print("rlimits", [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resour
 print("threads", threading.active_count(), "umask", os.umask(0o22))
 print("status", [l for l in open("/proc/self/status") if l.split(":")[0] in ("CapEff", "NoNewPrivs", "Seccomp", "Uid", "Threads")])
 print("modules", " ".join(sorted(sys.modules)))
-`, []string{"--max-output-bytes", "8192"}},
+`
+
+// equivalence are programs whose receipts must agree, warm or cold, on
+// everything but timings, the box and memory.
+var equivalence = []struct {
+	name, code string
+	flags      []string
+}{
+	// A run the user opened the network to takes a warm box of its own
+	// kind, whose python3 started with the proxy in its environment: it
+	// comes first, so that the plain world below is checked on a VM
+	// that has such boxes too.
+	{"the program's world, the network opened", worldCode + `
+import socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(b"CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n")
+print("proxy", s.recv(4096).split(b"\r\n")[0])
+`, []string{"--max-output-bytes", "8192", "--allow-net", "127.0.0.1:2"}},
+	{"the program's world", worldCode, []string{"--max-output-bytes", "8192"}},
 	{"an uncaught exception", "def f():\n    raise ValueError('boom')\nf()\n", nil},
 	{"a syntax error", "x = (1,\nprint('never')\n", nil},
 	{"sys.exit with a code", "import sys\nprint('out')\nsys.exit(3)\n", nil},
@@ -104,6 +117,14 @@ func comparable(rc *wire.Receipt) string {
 	c := *rc
 	c.RunID, c.WallMS, c.CPU, c.Memory, c.Box, c.Agent = "", 0, wire.CPUTime{}, wire.Memory{}, nil, wire.AgentInfo{}
 	c.Posture = nil
+	if c.Network != nil {
+		nw := *c.Network
+		nw.Connections = slices.Clone(nw.Connections)
+		for i := range nw.Connections {
+			nw.Connections[i].Millis = 0
+		}
+		c.Network = &nw
+	}
 	c.Image.Digest = ""
 	out, errOut := address.ReplaceAllString(c.Capture.Stdout, "0x…"), address.ReplaceAllString(c.Capture.Stderr, "0x…")
 	// An address's length varies: the byte counts of a stream that
@@ -117,8 +138,9 @@ func comparable(rc *wire.Receipt) string {
 	// The files are compared as the receipt gives them (JSON), so that
 	// a pointer's address is never what differs.
 	files, _ := json.Marshal(c.Output)
-	return fmt.Sprintf("%s|%s|%v|%s|%+v|%q|%q|%+v|%s", c.Status, c.Reason, deref(c.ExitCode), c.Signal, c.Capture.StdoutInfo,
-		out, errOut, c.Capture.StderrInfo, files)
+	network, _ := json.Marshal(c.Network) // each connection's time taken out above
+	return fmt.Sprintf("%s|%s|%v|%s|%+v|%q|%q|%+v|%s|%s", c.Status, c.Reason, deref(c.ExitCode), c.Signal, c.Capture.StdoutInfo,
+		out, errOut, c.Capture.StderrInfo, files, network)
 }
 
 // modulesLine reads a "modules ..." line of the program's output, and
@@ -211,7 +233,14 @@ func TestWarmEquivalence(t *testing.T) {
 			if slices.Contains(c.flags, "--file") || strings.Contains(c.code, "/tmp/output/") {
 				flags = append(flags, "--out", t.TempDir())
 			}
-			waitWarmReady(t, warm.home, "stdlib")
+			if slices.Contains(c.flags, "--allow-net") {
+				// The image's first run that opens the network starts
+				// its boxes with the proxy.
+				runPy(t, warm, "pass", "--allow-net", "127.0.0.1:2")
+				waitWarmReady(t, warm.home, "stdlib (with the proxy)")
+			} else {
+				waitWarmReady(t, warm.home, "stdlib")
+			}
 			w := runPy(t, warm, c.code, flags...).receipt(t)
 			k := runPy(t, cold, c.code, flags...).receipt(t)
 			if w.Box == nil || !w.Box.Warm {

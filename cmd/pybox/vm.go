@@ -445,7 +445,11 @@ func printStatus(w io.Writer, s *supervisor.Status) {
 			row("guest health", g.Health)
 		}
 		for _, wb := range g.Warm {
-			row("warm "+wb.Image, describeWarm(wb))
+			name := wb.Image
+			if wb.Net {
+				name += " (with the proxy)"
+			}
+			row("warm "+name, describeWarm(wb))
 		}
 		for _, p := range g.Runs {
 			row("running", describeRun(p))

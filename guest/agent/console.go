@@ -51,7 +51,7 @@ type warmKeeper interface {
 func (a *Agent) cmdWarm(w io.Writer, args []string) {
 	if len(args) == 0 {
 		for _, wb := range a.cfg.Runner.Warm() {
-			fmt.Fprintf(w, "%s: %s\n", wb.Image, describeWarm(wb))
+			fmt.Fprintf(w, "%s: %s\n", warmName(wb), describeWarm(wb))
 		}
 		return
 	}
@@ -177,7 +177,7 @@ func (a *Agent) cmdStatus(w io.Writer) {
 		fmt.Fprintf(tw, "set aside\t%s\n", l)
 	}
 	for _, w := range a.cfg.Runner.Warm() {
-		fmt.Fprintf(tw, "warm %s\t%s\n", w.Image, describeWarm(w))
+		fmt.Fprintf(tw, "warm %s\t%s\n", warmName(w), describeWarm(w))
 	}
 	fmt.Fprintf(tw, "runs\t%d finished (kept %d)\n", runs, keepRuns)
 	fmt.Fprintf(tw, "connections\t%d open, %d served\n", open, served)
@@ -187,6 +187,14 @@ func (a *Agent) cmdStatus(w io.Writer) {
 	fmt.Fprintf(tw, "memory\t%s\n", a.rss())
 	fmt.Fprintf(tw, "cgroup\t%s\n", a.cgroupLine("sys/fs/cgroup/agent"))
 	tw.Flush()
+}
+
+// warmName names a warm box by its image, and its kind.
+func warmName(w wire.WarmBox) string {
+	if w.Net {
+		return w.Image + " (with the proxy)"
+	}
+	return w.Image
 }
 
 // describeWarm says how an image's warm box is, in a few words.

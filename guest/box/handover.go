@@ -149,6 +149,12 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err err
 	rn.cpu0, _ = rn.cg.stats()
 	rn.rec.Memory.PreloadBytes, rn.rec.Memory.LimitBytes = preload, memoryMax+preload
 	rn.b.bound(rn.req.RunID, memoryMax+preload)
+	// A net run's proxy listens before anything of the program runs.
+	if rn.req.Net {
+		if err := rn.listen(wb.proc.pid); err != nil {
+			return err
+		}
+	}
 	keep := keeps(programImports(rn.req.Code), wb.preloaded)
 	if err := wb.write(launcher.Go+" "+strconv.Itoa(keep), time.Now().Add(handOverLimit)); err != nil {
 		return err
@@ -160,7 +166,7 @@ func (rn *run) handOver(ctx context.Context, wb *warmBox, by time.Time) (err err
 		PrepareMS: wb.readyAt.Sub(wb.spawned).Milliseconds(), ReadyMS: rn.go_.Sub(wb.readyAt).Milliseconds(),
 		PrepareCPUMS: (rn.cpu0.userUsec + rn.cpu0.systemUsec) / 1000}
 	// The next run's box starts warming now, at the warm CPU weight.
-	rn.b.replenish(wb.image)
+	rn.b.replenish(wb.key())
 	return nil
 }
 

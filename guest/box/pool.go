@@ -47,6 +47,13 @@ import (
 // state a fresh interpreter has (pybox-launch.c says what it puts back).
 // A run that names data folders has them bound into the waiting box
 // before "go", as box-init binds them into a cold one.
+//
+// A run the user let reach the network takes a warm box of its own
+// kind: one whose python3 started with the proxy in its environment
+// (proxyEnv), as a cold net run's does, since an interpreter's
+// environment is fixed when it starts. Its proxy listens in the box from
+// the hand-over on, before "go". An image has such boxes once a run of
+// it opened the network, and keeps them as it keeps the others.
 
 // Bounds of warming.
 const (
@@ -65,9 +72,17 @@ const (
 	waitingOOMScore = "1000"
 )
 
+// warmKey is the kind of box a run takes: of its image, with the
+// proxy's environment or without.
+type warmKey struct {
+	image string
+	net   bool
+}
+
 // warmBox is one box warming or waiting.
 type warmBox struct {
 	id, image  string
+	net        bool // its python3 has the proxy's environment (proxyEnv)
 	slot       int
 	cg         *runCgroup
 	st         *staging
@@ -88,6 +103,8 @@ type warmBox struct {
 	claimed    bool          // under Runner.mu: a run is waiting to take it
 }
 
+func (wb *warmBox) key() warmKey { return warmKey{wb.image, wb.net} }
+
 // exists says whether the box was made (its cgroup may be read), without
 // waiting.
 func (wb *warmBox) exists() bool {
@@ -103,11 +120,12 @@ func (wb *warmBox) exists() bool {
 type pool struct {
 	enabled  bool
 	closed   bool
-	target   int                   // boxes kept for each image
-	boxes    map[string][]*warmBox // each image's boxes, warming or waiting, oldest first
-	failures map[string]int        // failures in a row, by image
-	why      map[string]string     // why an image runs cold
-	size     map[string]int64      // what the image's last ready box held
+	target   int                    // boxes kept of each kind
+	boxes    map[warmKey][]*warmBox // each kind's boxes, warming or waiting, oldest first
+	failures map[string]int         // failures in a row, by image
+	why      map[string]string      // why an image runs cold
+	size     map[string]int64       // what the image's last ready box held
+	net      map[string]bool        // images a run opened the network in: they keep boxes with the proxy's environment too
 	seq      int
 }
 
@@ -117,28 +135,30 @@ const warmGuess = 64 << 20
 
 func (p *pool) init(enabled bool, target int) {
 	p.enabled, p.target = enabled, target
-	p.boxes, p.failures, p.why, p.size = map[string][]*warmBox{}, map[string]int{}, map[string]string{}, map[string]int64{}
+	p.boxes, p.failures, p.why, p.size = map[warmKey][]*warmBox{}, map[string]int{}, map[string]string{}, map[string]int64{}
+	p.net = map[string]bool{}
 }
 
 // holds says whether wb is in the pool still (not taken, not discarded).
 func (p *pool) holds(wb *warmBox) bool {
-	return slices.Contains(p.boxes[wb.image], wb)
+	return slices.Contains(p.boxes[wb.key()], wb)
 }
 
 // remove takes wb out of the pool.
 func (p *pool) remove(wb *warmBox) {
-	p.boxes[wb.image] = slices.DeleteFunc(p.boxes[wb.image], func(x *warmBox) bool { return x == wb })
-	if len(p.boxes[wb.image]) == 0 {
-		delete(p.boxes, wb.image)
+	k := wb.key()
+	p.boxes[k] = slices.DeleteFunc(p.boxes[k], func(x *warmBox) bool { return x == wb })
+	if len(p.boxes[k]) == 0 {
+		delete(p.boxes, k)
 	}
 }
 
-// pick is the box of image a run should take, and claims it: the ready
+// pick is the box of kind k a run should take, and claims it: the ready
 // one that has waited longest, else the one warming; nil when none is
 // free.
-func (p *pool) pick(image string) *warmBox {
+func (p *pool) pick(k warmKey) *warmBox {
 	var warming *warmBox
-	for _, wb := range p.boxes[image] {
+	for _, wb := range p.boxes[k] {
 		switch {
 		case wb.claimed || wb.discarded:
 		case !wb.readyAt.IsZero():
@@ -169,10 +189,21 @@ func (b *Runner) warmHeldLocked() int64 {
 	return n
 }
 
-// replenishAll starts warming what each image lacks.
+// replenishAll starts warming what each image lacks: boxes without the
+// proxy's environment, and with it for the images a run opened the
+// network in.
 func (b *Runner) replenishAll() {
+	b.mu.Lock()
+	var keys []warmKey
 	for name := range b.cfg.Images {
-		b.replenish(name)
+		keys = append(keys, warmKey{image: name})
+		if b.warm.net[name] {
+			keys = append(keys, warmKey{image: name, net: true})
+		}
+	}
+	b.mu.Unlock()
+	for _, k := range keys {
+		b.replenish(k)
 	}
 }
 
@@ -181,18 +212,19 @@ func (b *Runner) StartWarming() {
 	b.replenishAll()
 }
 
-// replenish starts a warm box for image unless it has as many as it
-// keeps, one of them still warms, warming is off, the image has failed
-// too often, or the box would take room a run may need.
-func (b *Runner) replenish(image string) {
+// replenish starts a warm box of kind k unless there are as many as the
+// pool keeps, one of them still warms, warming is off, the image has
+// failed too often, or the box would take room a run may need.
+func (b *Runner) replenish(k warmKey) {
+	image := k.image
 	mem, _ := b.memory()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := &b.warm
-	if !p.enabled || p.closed || len(p.boxes[image]) >= p.target || p.failures[image] >= warmFailures || b.paths.cgroups == "" {
+	if !p.enabled || p.closed || len(p.boxes[k]) >= p.target || p.failures[image] >= warmFailures || b.paths.cgroups == "" {
 		return
 	}
-	for _, wb := range p.boxes[image] {
+	for _, wb := range p.boxes[k] {
 		if wb.readyAt.IsZero() {
 			return // it starts the next once it is ready
 		}
@@ -224,9 +256,13 @@ func (b *Runner) replenish(image string) {
 		return // every slot in use: the next run replenishes
 	}
 	p.seq++
-	wb := &warmBox{id: fmt.Sprintf("warm-%s-%d", image, p.seq), image: image, slot: slot,
+	id := fmt.Sprintf("warm-%s-%d", image, p.seq)
+	if k.net {
+		id = fmt.Sprintf("warm-%s-net-%d", image, p.seq)
+	}
+	wb := &warmBox{id: id, image: image, net: k.net, slot: slot,
 		made: make(chan struct{}), preloading: make(chan struct{}), done: make(chan struct{}), taken: make(chan struct{})}
-	p.boxes[image] = append(p.boxes[image], wb)
+	p.boxes[k] = append(p.boxes[k], wb)
 	go b.warmUp(wb)
 }
 
@@ -268,7 +304,7 @@ func (b *Runner) warmUp(wb *warmBox) {
 	b.logf("box: warm box %s ready in %d ms, preloaded: %s", wb.id, wb.readyAt.Sub(wb.spawned).Milliseconds(), strings.Join(wb.preloaded, " "))
 	close(wb.done)
 	go b.watchWarm(wb)
-	b.replenish(wb.image) // the image's next box, if it keeps more
+	b.replenish(wb.key()) // the next box of its kind, if the pool keeps more
 }
 
 // makeWarm makes the box: cgroup (at the warm CPU weight), /tmp with no
@@ -302,6 +338,9 @@ func (b *Runner) makeWarm(wb *warmBox) error {
 	boxEnd := os.NewFile(uintptr(pair[1]), "launcher")
 	defer boxEnd.Close()
 	cfg := b.childConfig(wb.image, wb.st.tmp, []string{"python3", "-I", "-B", "-c", launcher.StandIn}, nil)
+	if wb.net {
+		cfg.Env = append(cfg.Env, proxyEnv()...)
+	}
 	// Last, so that the launcher can drop it from the environment the
 	// kernel shows without moving anything else.
 	cfg.Env = append(cfg.Env, launcher.Env)
@@ -379,20 +418,23 @@ func (b *Runner) watchWarm(wb *warmBox) {
 		why := fmt.Sprintf("the warm box ended while it waited (%s)", describeStatus(ws))
 		wb.err = errors.New(why)
 		b.discard(wb, why, true)
-		b.replenish(wb.image)
+		b.replenish(wb.key())
 	}
 }
 
-// takeWarm takes image's warm box for a run: one that is ready, one
+// takeWarm takes a warm box of kind k for a run: one that is ready, one
 // still starting its python3, or one importing a module of its preload
 // that the program imports too (or one listed before such a module),
 // which a cold box would import all over again. It waits until by (or
 // ctx's end) for the box to exist. It returns nil when there is none to
 // take, or the box is importing what the program does not need: the run
 // then makes a cold box, and why says why (empty for coldReason's).
-func (b *Runner) takeWarm(ctx context.Context, image, code string, by time.Time) (wb *warmBox, why string) {
+func (b *Runner) takeWarm(ctx context.Context, k warmKey, code string, by time.Time) (wb *warmBox, why string) {
 	b.mu.Lock()
-	wb = b.warm.pick(image)
+	wb = b.warm.pick(k)
+	if k.net {
+		b.warm.net[k.image] = true
+	}
 	b.mu.Unlock()
 	if wb == nil {
 		return nil, ""
@@ -427,18 +469,21 @@ func (b *Runner) takeWarm(ctx context.Context, image, code string, by time.Time)
 	return wb, ""
 }
 
-// coldReason says why a run of image got a cold box, for its receipt.
-func (b *Runner) coldReason(image string) string {
+// coldReason says why a run that wanted a box of kind k got a cold one,
+// for its receipt.
+func (b *Runner) coldReason(k warmKey) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := &b.warm
 	switch {
 	case !p.enabled:
 		return "warm boxes are off (pybox vm start --warm 0)"
-	case p.why[image] != "":
-		return p.why[image]
-	case len(p.boxes[image]) > 0:
+	case p.why[k.image] != "":
+		return p.why[k.image]
+	case len(p.boxes[k]) > 0:
 		return "no warm box of the image was free: each was taken by another run, or still warming"
+	case k.net:
+		return "no warm box with the proxy in its environment was ready: the image's first run that opens the network starts them"
 	}
 	return "no warm box was ready"
 }
@@ -494,12 +539,13 @@ func (b *Runner) Warm() []wire.WarmBox {
 			out = append(out, wire.WarmBox{Image: name, State: "off"})
 			continue
 		}
-		boxes := b.warm.boxes[name]
+		boxes := b.warm.boxes[warmKey{image: name}]
 		if len(boxes) == 0 {
 			out = append(out, wire.WarmBox{Image: name, State: "cold", Reason: b.warm.why[name]})
 		}
+		boxes = append(slices.Clone(boxes), b.warm.boxes[warmKey{image: name, net: true}]...)
 		for _, wb := range boxes {
-			w := wire.WarmBox{Image: name}
+			w := wire.WarmBox{Image: name, Net: wb.net}
 			if wb.readyAt.IsZero() {
 				w.State, w.ForMS, w.Importing = "warming", time.Since(wb.spawned).Milliseconds(), wb.importing
 			} else {
@@ -537,7 +583,7 @@ func (b *Runner) Close() {
 // the next one starts warming at once.
 func (b *Runner) DiscardWarm(image string) error {
 	b.mu.Lock()
-	wb := b.warm.pick(image)
+	wb := b.warm.pick(warmKey{image: image})
 	b.mu.Unlock()
 	if wb == nil {
 		return fmt.Errorf("image %q has no warm box", image)
@@ -554,7 +600,7 @@ func (b *Runner) DiscardWarm(image string) error {
 		return fmt.Errorf("image %q's warm box is gone already", image)
 	}
 	b.discard(wb, "discarded from the console", false)
-	b.replenish(image)
+	b.replenish(wb.key())
 	return nil
 }
 
@@ -576,7 +622,7 @@ func describeStatus(ws unix.WaitStatus) string {
 func (b *Runner) KillWarm(image string) error {
 	b.mu.Lock()
 	var wb *warmBox
-	if boxes := b.warm.boxes[image]; len(boxes) > 0 {
+	if boxes := b.warm.boxes[warmKey{image: image}]; len(boxes) > 0 {
 		wb = boxes[0]
 	}
 	b.mu.Unlock()

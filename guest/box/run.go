@@ -162,16 +162,12 @@ func (rn *run) execute(ctx context.Context) {
 		rn.out.refusal = "the run asks for the network, and nothing here serves its connections"
 		return
 	}
-	// A warm box of the image, if there is one (waiting for it while it
-	// warms, within the setup's allowance); a cold one otherwise. A
-	// warm box's environment was fixed when its python3 started, without
-	// a proxy, so a net run always makes a cold one.
+	// A warm box of the run's kind, if there is one (waiting for it
+	// while it warms, within the setup's allowance); a cold one
+	// otherwise.
 	by := rn.at.begun.Add(wire.SetupAllowance - time.Second)
-	var wb *warmBox
-	why := "the run opens the network: a warm box has no proxy in its environment"
-	if !rn.req.Net {
-		wb, why = rn.b.takeWarm(ctx, rn.req.Image, rn.req.Code, by)
-	}
+	k := warmKey{image: rn.req.Image, net: rn.req.Net}
+	wb, why := rn.b.takeWarm(ctx, k, rn.req.Code, by)
 	if wb != nil {
 		rn.takeOver(ctx, wb, by)
 	} else if why != "" {
@@ -179,7 +175,7 @@ func (rn *run) execute(ctx context.Context) {
 	}
 	if rn.warm == nil {
 		if rn.rec.Box == nil {
-			rn.rec.Box = &wire.BoxInfo{Fallback: rn.b.coldReason(rn.req.Image)}
+			rn.rec.Box = &wire.BoxInfo{Fallback: rn.b.coldReason(k)}
 		}
 		if !rn.makeCold(ctx) {
 			return
@@ -213,6 +209,8 @@ func (rn *run) takeOver(ctx context.Context, wb *warmBox, by time.Time) {
 	}
 	rn.b.logf("box: run %s: the warm box %s could not take the program (%v); a cold box runs it", rn.req.RunID, wb.id, err)
 	rn.b.discard(wb, "the hand-over failed: "+err.Error(), true) // unless its warming failed, and discarded it
+	rn.proxy.close()                                             // a net run's, if it listened in the box already: the cold box gets its own
+	rn.proxy = nil
 	rn.mu.Lock()
 	rn.warm, rn.cg, rn.st, rn.proc, rn.slot, rn.boxID = nil, nil, nil, nil, -1, rn.req.RunID
 	rn.mu.Unlock()

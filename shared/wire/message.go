@@ -134,7 +134,10 @@ type GuestMemory struct {
 // Importing), "ready" (waiting for ForMS, with its preload), "cold" (none,
 // and Reason says why) or "off" (warm boxes are turned off).
 type WarmBox struct {
-	Image     string   `json:"image"`
+	Image string `json:"image"`
+	// Net is a box for the runs that open the network: its python3
+	// has the proxy in its environment.
+	Net       bool     `json:"net,omitempty"`
 	State     string   `json:"state"`
 	ForMS     int64    `json:"for_ms,omitempty"`
 	Importing string   `json:"importing,omitempty"`
