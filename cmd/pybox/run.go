@@ -157,7 +157,7 @@ the program does can reach a host that is not on your list.`)
 		if err != nil {
 			return nil, usageError(fs, "--allow-net %s: %v", *allowNet, err), false
 		}
-		ra.run.Net = true
+		ra.run.Net, ra.run.NetPorts = true, a.Ports()
 		ra.gate = &egress.Gate{Allow: a}
 	}
 	for _, n := range data {

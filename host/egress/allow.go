@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"pybox/shared/wire"
 )
 
 // defaultPorts are the ports of an entry that names none: HTTP and HTTPS.
@@ -406,6 +408,32 @@ func (a Allow) Allows(host string, port int) (Entry, bool) {
 	e := a.entries[best]
 	e.Ports = slices.Clone(e.Ports)
 	return e, true
+}
+
+// Ports are the ports a's entries name, each once, in order, at most
+// wire.MaxNetPorts (the lowest): those a box takes connections on
+// straight from clients that ignore its proxy.
+func (a Allow) Ports() []int {
+	var ports []int
+	for _, e := range a.entries {
+		ports = append(ports, e.Ports...)
+	}
+	slices.Sort(ports)
+	ports = slices.Compact(ports)
+	return ports[:min(len(ports), wire.MaxNetPorts)]
+}
+
+// AllowsName says whether a allows host on some port: whether a box's
+// resolver may give it an address.
+func (a Allow) AllowsName(host string) bool {
+	for _, e := range a.entries {
+		for _, p := range e.Ports {
+			if _, ok := a.Allows(host, p); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Narrow is sub, if a allows everything sub does: a call may ask for

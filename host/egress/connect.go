@@ -31,7 +31,7 @@ var methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS
 
 // Head is the head of a proxy request a box sent.
 type Head struct {
-	Method string // CONNECT, or one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS
+	Method string // CONNECT, RESOLVE, or one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS
 	Target string // the request target as read: host:port, or an http:// URL
 	Proto  string // HTTP/1.1 or HTTP/1.0
 	// Host is the host of the target: a DNS name, lower-case without a
@@ -73,7 +73,9 @@ func badRequest(format string, a ...any) error {
 //     with its port;
 //   - METHOD http://host[:port]/path, a plain-HTTP request in absolute
 //     form, which Head.OriginForm rewrites for the server. An https://
-//     URL is refused: a client goes to HTTPS with CONNECT.
+//     URL is refused: a client goes to HTTPS with CONNECT;
+//   - RESOLVE host, with no header fields: the box's resolver asking
+//     whether a name may have an address (Port is 0).
 //
 // It refuses what a well-behaved client never sends: a request line over
 // 8 KiB (ErrURITooLong), a head over 16 KiB or of more than 64 fields
@@ -204,6 +206,12 @@ func parseRequestLine(line []byte) (*Head, error) {
 		if err != nil {
 			return nil, badRequest("the CONNECT target %s: %v", clip(h.Target), err)
 		}
+	case h.Method == "RESOLVE":
+		host, _, err := canonicalHost(h.Target)
+		if err != nil {
+			return nil, badRequest("the RESOLVE target %s: %v", clip(h.Target), err)
+		}
+		h.Host = host
 	case isMethod(h.Method):
 		if err := h.parseURL(); err != nil {
 			return nil, err
@@ -339,6 +347,9 @@ func parseField(line []byte) (Field, error) {
 // checkFields checks what the fields say together: the Host field
 // against the target, and the framing of the body.
 func (h *Head) checkFields() error {
+	if h.Method == "RESOLVE" && len(h.Header) > 0 {
+		return badRequest("a RESOLVE has no header fields")
+	}
 	var host, length, coding []string
 	for _, f := range h.Header {
 		switch {
@@ -402,9 +413,9 @@ func (h *Head) checkFields() error {
 // Proxy-Authorization, Proxy-Connection, ...) and without Connection and
 // Keep-Alive, a Host field first if the request had none, and
 // Connection: close last: one request a connection. It is nil for a
-// CONNECT.
+// CONNECT and a RESOLVE.
 func (h *Head) OriginForm() []byte {
-	if h.Method == "CONNECT" {
+	if h.Method == "CONNECT" || h.Method == "RESOLVE" {
 		return nil
 	}
 	var b strings.Builder

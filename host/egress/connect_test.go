@@ -274,7 +274,7 @@ func FuzzReadRequestHead(f *testing.F) {
 		"GET http://a.example:8080/x?y HTTP/1.1\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: x\r\n\r\nbody",
 		"POST http://a.example/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 		"GET https://a.example/ HTTP/1.1\r\n\r\n", "CONNECT a.example:443 HTTP/1.1\n\n", "GET / HTTP/1.1\r\n\r\n",
-		"CONNECT a:1 HTTP/1.0\r\nX: \t\r\n\r\n",
+		"CONNECT a:1 HTTP/1.0\r\nX: \t\r\n\r\n", "RESOLVE api.example.com HTTP/1.1\r\n\r\n", "RESOLVE [::1] HTTP/1.1\r\nHost: x\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -291,12 +291,18 @@ func FuzzReadRequestHead(f *testing.F) {
 		if read > maxHead+4096 || len(h.Header) > maxFields {
 			t.Fatalf("read %d bytes, %d fields", read, len(h.Header))
 		}
-		if h.Port < 1 || h.Port > 65535 {
-			t.Fatalf("port %d", h.Port)
-		}
 		canon, addr, err := canonicalHost(h.Host)
 		if err != nil || canon != h.Host {
 			t.Fatalf("host %q is not canonical (%q, %v)", h.Host, canon, err)
+		}
+		if h.Method == "RESOLVE" {
+			if h.Port != 0 || len(h.Header) > 0 || h.OriginForm() != nil {
+				t.Fatalf("a RESOLVE with port %d, fields %v", h.Port, h.Header)
+			}
+			return
+		}
+		if h.Port < 1 || h.Port > 65535 {
+			t.Fatalf("port %d", h.Port)
 		}
 		one := Allow{entries: []Entry{{Host: h.Host, Literal: addr.IsValid(), Ports: []int{h.Port}}}}
 		if _, ok := one.Allows(h.Host, h.Port); !ok {

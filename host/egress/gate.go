@@ -129,6 +129,10 @@ func (g *Gate) Serve(ctx context.Context, box io.ReadWriteCloser) Record {
 	if head.Method == "CONNECT" {
 		rec.Kind = "tls"
 	}
+	if head.Method == "RESOLVE" {
+		headTimer.Stop()
+		return g.lookupName(ctx, &rec, box, head.Host)
+	}
 	entry, ok := g.Allow.Allows(head.Host, head.Port)
 	if !ok {
 		headTimer.Stop()
@@ -195,6 +199,30 @@ func (g *Gate) Serve(ctx context.Context, box io.ReadWriteCloser) Record {
 	rec.Allowed = true
 	g.relay(&rec, br, box, server, first)
 	return rec
+}
+
+// lookupName answers the box's resolver for host: 200 when host is on
+// the list and resolves here to addresses the box may reach, else a
+// refusal that says why. The box's resolver gives a name it got a 200
+// for an address of the box's own, whose connections come back here as
+// proxy requests for the name.
+func (g *Gate) lookupName(ctx context.Context, rec *Record, box io.Writer, host string) Record {
+	rec.Kind = "dns"
+	answer := func(status int, why string) Record {
+		rec.Why = why
+		fmt.Fprintf(box, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+			status, statusText(status), len(why), why)
+		return *rec
+	}
+	if !g.Allow.AllowsName(host) {
+		return answer(403, fmt.Sprintf("%s is not on the list of hosts the user opened (%s); only the user can open more, with --allow-net", host, g.Allow))
+	}
+	addrs, err := Resolve(ctx, g.lookup(), host, g.Allow)
+	if err != nil {
+		return answer(403, err.Error())
+	}
+	rec.Allowed, rec.Address = true, addrs[0].String()
+	return answer(200, "")
 }
 
 // relay copies the box's bytes (first, then the rest of br) to server

@@ -275,3 +275,57 @@ func TestGateCancel(t *testing.T) {
 		t.Fatal("the connection outlived its call")
 	}
 }
+
+// The box's resolver asks the gate whether a name may have an address:
+// yes for a name on the list that resolves here to an address the box
+// may reach; no, and why, for one not on the list, one that resolves
+// only to loopback when the address was not named, and one that does
+// not resolve. Each answer is in the records, as kind "dns".
+func TestGateResolve(t *testing.T) {
+	allow, err := ParseAllow("api.example.com:8443,*.cdn.example.net,rebind.example.org")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gate{Allow: allow, Lookup: names(map[string]string{
+		"api.example.com": "93.184.216.34", "a.cdn.example.net": "93.184.216.35",
+		"rebind.example.org": "127.0.0.1", "other.example.com": "93.184.216.36",
+	})}
+	for _, c := range []struct {
+		host   string
+		status int
+		why    string
+	}{
+		{"api.example.com", 200, ""},
+		{"A.CDN.example.net.", 200, ""},
+		{"other.example.com", 403, "not on the list of hosts the user opened"},
+		{"cdn.example.net", 403, "not on the list"},
+		{"rebind.example.org", 403, "loopback"},
+		{"gone.cdn.example.net", 403, "no such host"},
+	} {
+		s := serve(context.Background(), g)
+		fmt.Fprintf(s.box, "RESOLVE %s HTTP/1.1\r\n\r\n", c.host)
+		resp, err := http.ReadResponse(bufio.NewReader(s.box), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.host, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		rec := s.record(t)
+		if resp.StatusCode != c.status || !strings.Contains(string(body), c.why) {
+			t.Errorf("%s: %d %q, want %d with %q", c.host, resp.StatusCode, body, c.status, c.why)
+		}
+		if rec.Kind != "dns" || rec.Allowed != (c.status == 200) || rec.Port != 0 || !strings.Contains(rec.Why, c.why) ||
+			c.status == 200 && rec.Address == "" {
+			t.Errorf("%s: record %+v", c.host, rec)
+		}
+	}
+	// A RESOLVE carries nothing but the name.
+	s := serve(context.Background(), g)
+	fmt.Fprintf(s.box, "RESOLVE api.example.com HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(s.box), nil)
+	if err != nil || resp.StatusCode != 400 {
+		t.Errorf("a RESOLVE with a field: %v %v", resp, err)
+	}
+	if rec := s.record(t); rec.Allowed || rec.Why == "" {
+		t.Errorf("record %+v", rec)
+	}
+}

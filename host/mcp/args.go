@@ -103,7 +103,7 @@ func parseArgs(raw []byte, o *Options) (*wire.Run, egress.Allow, error) {
 	if err != nil {
 		return nil, none, err
 	}
-	r.Net = true
+	r.Net, r.NetPorts = true, allow.Ports()
 	return r, allow, nil
 }
 

@@ -65,6 +65,12 @@ type Run struct {
 	// host process that made the run (see TypeNetOpen). The list itself
 	// stays on the host.
 	Net bool `json:"net,omitempty"`
+	// NetPorts are the ports the user's list names, for a net run: the
+	// box also takes connections made straight to them (clients that
+	// ignore the proxy), and lookups of names from its own resolver,
+	// each checked by the host as a proxy request is. At most
+	// MaxNetPorts, each 1–65535, once.
+	NetPorts []int `json:"net_ports,omitempty"`
 	// Client is who asked, in its own words ("pybox mcp (pid 4242,
 	// claude-code 2.1.332)"): shown beside the run while it is in
 	// progress (pybox vm status), nothing else.
@@ -139,6 +145,9 @@ func (r *Run) Check() error {
 	}
 	if r.MaxDataBytes < 0 || r.Deliver != nil && r.Deliver.MaxBytes < 0 {
 		return errors.New("a byte bound is negative")
+	}
+	if err := checkNetPorts(r.Net, r.NetPorts); err != nil {
+		return err
 	}
 	if len(r.Client) > MaxClientBytes || !utf8.ValidString(r.Client) || strings.IndexFunc(r.Client, unicode.IsControl) >= 0 {
 		return fmt.Errorf("client is longer than %d bytes, not UTF-8, or holds control characters", MaxClientBytes)
@@ -294,4 +303,26 @@ func NewRunID(prefix string) string {
 	var b [8]byte
 	rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// MaxNetPorts bounds Run.NetPorts.
+const MaxNetPorts = 32
+
+// checkNetPorts checks a run's NetPorts: only for a net run, at most
+// MaxNetPorts, each a port, once.
+func checkNetPorts(net bool, ports []int) error {
+	if len(ports) > 0 && !net {
+		return errors.New("net_ports without net")
+	}
+	if len(ports) > MaxNetPorts {
+		return fmt.Errorf("%d net ports; a run may name at most %d", len(ports), MaxNetPorts)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p < 1 || p > 65535 || seen[p] {
+			return fmt.Errorf("net port %d is not a port 1–65535, or is named twice", p)
+		}
+		seen[p] = true
+	}
+	return nil
 }
