@@ -178,15 +178,25 @@ func TestSpawnReadyFails(t *testing.T) {
 			pid = p
 			// box-init waits for its config: its network namespace is
 			// there to enter, and it has not brought lo up.
-			l, err := listenIn(p)
+			bn, err := listenIn(p, []int{8443, 3128, 443})
 			if err != nil {
 				t.Errorf("listenIn: %v", err)
 				return boom
 			}
-			if a := l.Addr().String(); a != proxyAddr {
-				t.Errorf("listening at %s", a)
+			defer bn.close()
+			if a := bn.proxy.Addr().String(); a != proxyAddr {
+				t.Errorf("the proxy listens at %s", a)
 			}
-			l.Close()
+			if a := bn.dns.LocalAddr().String(); a != "127.0.0.1:53" {
+				t.Errorf("the resolver listens at %s", a)
+			}
+			var direct []string
+			for _, l := range bn.direct {
+				direct = append(direct, l.Addr().String())
+			}
+			if got := strings.Join(direct, " "); got != "0.0.0.0:80 0.0.0.0:443 0.0.0.0:8443" {
+				t.Errorf("direct listeners at %s", got)
+			}
 			return boom
 		},
 		wait: wait4})
@@ -221,11 +231,11 @@ func TestSpawnReadyBeforeProgram(t *testing.T) {
 	p0, err := spawn(spawnSpec{exe: b.paths.exe, cfg: cfg, cgroupFD: -1, ids: ids, maxOut: 1024, wait: wait4,
 		ready: func(pid int) error {
 			time.Sleep(300 * time.Millisecond)
-			l, err := listenIn(pid)
+			bn, err := listenIn(pid, nil)
 			if err != nil {
 				return err
 			}
-			p = serveProxy(l, func(c net.Conn) bool {
+			p = serveProxy(bn, func(c net.Conn) bool {
 				go func() { c.Write([]byte("early")); c.Close() }()
 				return true
 			}, func(string) {})
@@ -270,9 +280,9 @@ func localListener(t *testing.T) net.Listener {
 func TestAcceptLoopOpenAtOnce(t *testing.T) {
 	l := localListener(t)
 	taken := make(chan net.Conn, 2*wire.MaxNetOpen)
-	done := make(chan struct{})
+	b := newBounds()
 	ended := make(chan bool, 1)
-	go func() { ended <- acceptLoop(l, func(c net.Conn) bool { taken <- c; return true }, done) }()
+	go func() { ended <- acceptLoop(l, func(c *boxConn) bool { taken <- c; return true }, b) }()
 	var dialled []net.Conn
 	defer func() {
 		for _, c := range dialled {
@@ -316,7 +326,7 @@ func TestAcceptLoopOpenAtOnce(t *testing.T) {
 		t.Fatal("a second close freed a second place")
 	case <-time.After(200 * time.Millisecond):
 	}
-	close(done)
+	close(b.done)
 	if <-ended {
 		t.Error("acceptLoop said it reached MaxNetStreams")
 	}
@@ -332,7 +342,7 @@ func TestAcceptLoopStreamsInAll(t *testing.T) {
 	var calls int
 	ended := make(chan bool, 1)
 	go func() {
-		ended <- acceptLoop(l, func(c net.Conn) bool { calls++; return false }, make(chan struct{}))
+		ended <- acceptLoop(l, func(c *boxConn) bool { calls++; return false }, newBounds())
 	}()
 	for i := range wire.MaxNetStreams {
 		c, err := net.Dial("tcp4", l.Addr().String())

@@ -264,14 +264,15 @@ func (rn *run) makeCold(ctx context.Context) bool {
 	return true
 }
 
-// listen makes the proxy of a net run in the box of box-init pid and
-// starts handing its connections to the run's conns.
+// listen makes the proxy, resolver and direct listeners of a net run in
+// the box of box-init pid and starts handing their connections to the
+// run's conns.
 func (rn *run) listen(pid int) error {
-	l, err := listenIn(pid)
+	bn, err := listenIn(pid, rn.req.NetPorts)
 	if err != nil {
 		return fmt.Errorf("the box's proxy: %w", err)
 	}
-	rn.proxy = serveProxy(l, rn.conns, func(what string) { rn.b.logf("box: run %s: %s", rn.req.RunID, what) })
+	rn.proxy = serveProxy(bn, rn.conns, func(what string) { rn.b.logf("box: run %s: %s", rn.req.RunID, what) })
 	return nil
 }
 
