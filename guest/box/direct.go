@@ -280,7 +280,9 @@ func serveDNS(pc net.PacketConn, r *resolver) {
 			}
 			continue
 		}
-		q, rcode, err := parseQuery(buf[:n])
+		// A copy: the answer echoes the question after the next
+		// query has been read into buf.
+		q, rcode, err := parseQuery(bytes.Clone(buf[:n]))
 		if err != nil {
 			if rcode != 0 {
 				pc.WriteTo(dnsAnswer(q, rcode, netip.Addr{}), from)

@@ -244,3 +244,29 @@ func TestDirectConn(t *testing.T) {
 	client.Close()
 	d.Close()
 }
+
+// Two questions sent at once, as a C library sends A and AAAA, are each
+// answered with its own question: an answer that echoed another would
+// be dropped, and the library would wait seconds to ask again.
+func TestResolverQuestionsAtOnce(t *testing.T) {
+	release := make(chan struct{})
+	r := newResolver(func(string) bool { <-release; return true })
+	a, b := newTestPacketConns(t)
+	go serveDNS(a, r)
+	b.Write(query(10, "api.example.com", dnsTypeA))
+	b.Write(query(11, "api.example.com", 28))
+	time.Sleep(100 * time.Millisecond) // both read before either is answered
+	close(release)
+	for range 2 {
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 600)
+		n, err := b.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, qtype := binary.BigEndian.Uint16(buf), binary.BigEndian.Uint16(buf[12+len("api.example.com")+2:])
+		if want := map[uint16]uint16{10: dnsTypeA, 11: 28}[id]; qtype != want || n < 12 {
+			t.Errorf("answer %d echoes question type %d, want %d", id, qtype, want)
+		}
+	}
+}
