@@ -39,8 +39,9 @@ an agent may name those data folders and its box sees them read-only at
 /data/NAME; with --output-dir, everything a program writes to /tmp/output
 is saved whole in DIR/RUN_ID/, never over an existing file. With
 --allow-net, a call may name some of those hosts and its program reaches
-them through a proxy in its box (HTTP_PROXY, HTTPS_PROXY) that this
-server serves, HTTPS end to end; without, no box reaches the network.
+them through a proxy in its box (HTTP_PROXY, HTTPS_PROXY), or by name
+through the box's own resolver, both served by this server, HTTPS end
+to end; without, no box reaches the network.
 stdout carries
 protocol messages only; the server logs to stderr. It speaks MCP
 2026-07-28 (server/discover, no handshake) and, to clients that

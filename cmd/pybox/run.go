@@ -117,8 +117,10 @@ this machine serves: it checks each connection against the list, refuses
 local and private addresses unless you named the address itself, and
 dials. HTTPS stays end to end between the program and the server (the
 proxy passes the encrypted bytes on; it checks the server name the
-program sends). Clients that ignore HTTP(S)_PROXY (raw sockets, UDP, DNS)
-get no network. The summary and --json's receipt list the connections,
+program sends). Clients that ignore HTTP(S)_PROXY reach the same hosts
+by name: the box's resolver gives a listed name an address in the box,
+whose connections go the same way; raw sockets, UDP and what is not on
+the list get no network. The summary and --json's receipt list the connections,
 served and refused. Only you open the network, with this flag: nothing
 the program does can reach a host that is not on your list.`)
 	ra := &runArgs{}

@@ -59,8 +59,8 @@ func netDescription(o *Options) string {
 		return ""
 	}
 	return fmt.Sprintf(" Network: this server opens only %s (a host alone means ports 443 and 80; *.DOMAIN means every subdomain of DOMAIN). "+
-		"Name in network the hosts a call needs: its program reaches them through the proxy its box gives in HTTP_PROXY and HTTPS_PROXY "+
-		"(HTTP libraries use it; there is no DNS and no other route), HTTPS stays encrypted end to end from the box to the server, "+
+		"Name in network the hosts a call needs: its program reaches them through the proxy its box gives in HTTP_PROXY and HTTPS_PROXY, "+
+		"or by name (the box resolves only the hosts of the call) on their ports; there is no other route. HTTPS stays encrypted end to end from the box to the server, "+
 		"and execution.network lists every connection. A call may name fewer hosts or ports, never more; a call that names none has no network.",
 		o.Net.String())
 }
