@@ -174,3 +174,17 @@ func TestNetworkSummary(t *testing.T) {
 		t.Errorf("printed %q", out)
 	}
 }
+
+// A lookup by the box's resolver is named as one, without a port.
+func TestNetworkSummaryLookups(t *testing.T) {
+	nw := &wire.Network{Allowed: "example.com", Refused: 1, Connections: []wire.NetConnection{
+		{Host: "example.com", Kind: "dns", Allowed: true, Address: "93.184.216.34"},
+		{Host: "example.com", Port: 443, Kind: "tls", Allowed: true},
+		{Host: "other.example", Kind: "dns", Why: "other.example is not on the list"},
+	}}
+	l := networkSummary(nw)
+	if len(l) != 2 || l[0] != "network: 3 connections and lookups (1 refused), 0 B sent, 0 B received" ||
+		l[1] != "refused: the lookup of other.example: other.example is not on the list" {
+		t.Errorf("summary %q", l)
+	}
+}

@@ -352,8 +352,15 @@ func networkSummary(nw *wire.Network) []string {
 	if nw == nil {
 		return nil
 	}
-	lines := []string{fmt.Sprintf("network: %d connections (%d refused), %s sent, %s received",
-		len(nw.Connections)+nw.NotListed, nw.Refused, size(nw.SentBytes), size(nw.ReceivedBytes))}
+	what := "connections"
+	for _, c := range nw.Connections {
+		if c.Kind == "dns" {
+			what = "connections and lookups" // the box's resolver asked the host
+			break
+		}
+	}
+	lines := []string{fmt.Sprintf("network: %d %s (%d refused), %s sent, %s received",
+		len(nw.Connections)+nw.NotListed, what, nw.Refused, size(nw.SentBytes), size(nw.ReceivedBytes))}
 	shown := 0
 	for _, c := range nw.Connections {
 		if c.Allowed {
@@ -364,7 +371,10 @@ func networkSummary(nw *wire.Network) []string {
 		}
 		shown++
 		to := "an unread request"
-		if c.Host != "" {
+		switch {
+		case c.Kind == "dns":
+			to = "the lookup of " + c.Host
+		case c.Host != "":
 			to = net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
 		}
 		// Some of the gate's reasons say "refused" themselves.
