@@ -40,8 +40,13 @@ import (
 
 // Bounds of the direct path.
 const (
-	// maxNames bounds the names a run's resolver gives addresses.
+	// maxNames bounds the names a run's resolver gives addresses, and
+	// the names it keeps an answer for: past it, a name it has not
+	// answered yet does not exist.
 	maxNames = 4096
+	// maxQueries bounds the questions the resolver answers at once; one
+	// past it is dropped, and the client asks again.
+	maxQueries = 64
 	// directHead bounds the wait for a direct connection's first
 	// bytes, and a lookup's answer from the host.
 	directHead = 10 * time.Second
@@ -125,6 +130,10 @@ func (r *resolver) resolve(name string) netip.Addr {
 		r.mu.Unlock()
 		<-a.ready
 		return a.addr
+	}
+	if len(r.names) >= maxNames {
+		r.mu.Unlock()
+		return netip.Addr{}
 	}
 	a = &answer{ready: make(chan struct{})}
 	r.names[name] = a
@@ -269,9 +278,11 @@ func dnsAnswer(q dnsQuestion, rcode int, addr netip.Addr) []byte {
 }
 
 // serveDNS answers the queries that come to pc until it is closed, each
-// in a goroutine of its own (a lookup waits for the host).
+// in a goroutine of its own (a lookup waits for the host), at most
+// maxQueries at once.
 func serveDNS(pc net.PacketConn, r *resolver) {
 	buf := make([]byte, maxDNS+1)
+	busy := make(chan struct{}, maxQueries)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
@@ -289,7 +300,13 @@ func serveDNS(pc net.PacketConn, r *resolver) {
 			}
 			continue
 		}
+		select {
+		case busy <- struct{}{}:
+		default:
+			continue
+		}
 		go func() {
+			defer func() { <-busy }()
 			addr := r.resolve(q.name)
 			rcode := rcodeOK
 			if !addr.IsValid() {

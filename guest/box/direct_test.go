@@ -270,3 +270,18 @@ func TestResolverQuestionsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A program that asks for ever more names gets no more than maxNames
+// answers kept, and the host is asked about no more of them.
+func TestResolverBoundsItsNames(t *testing.T) {
+	var asked int
+	r := newResolver(func(string) bool { asked++; return false })
+	for i := range maxNames + 100 {
+		if a := r.resolve("n" + strconv.Itoa(i) + ".example"); a.IsValid() {
+			t.Fatalf("a refused name got %v", a)
+		}
+	}
+	if len(r.names) != maxNames || asked != maxNames {
+		t.Errorf("%d names kept, the host asked %d times; want %d", len(r.names), asked, maxNames)
+	}
+}
