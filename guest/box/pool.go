@@ -432,7 +432,7 @@ func (b *Runner) watchWarm(wb *warmBox) {
 func (b *Runner) takeWarm(ctx context.Context, k warmKey, code string, by time.Time) (wb *warmBox, why string) {
 	b.mu.Lock()
 	wb = b.warm.pick(k)
-	if k.net {
+	if k.net && b.warm.enabled {
 		b.warm.net[k.image] = true
 	}
 	b.mu.Unlock()
