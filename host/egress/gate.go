@@ -197,7 +197,7 @@ func (g *Gate) Serve(ctx context.Context, box io.ReadWriteCloser) Record {
 	defer server.Close()
 	context.AfterFunc(ctx, func() { server.Close() })
 	rec.Allowed = true
-	g.relay(&rec, br, box, server, first)
+	g.relay(ctx, &rec, br, box, server, first)
 	return rec
 }
 
@@ -228,7 +228,7 @@ func (g *Gate) lookupName(ctx context.Context, rec *Record, box io.Writer, host 
 // relay copies the box's bytes (first, then the rest of br) to server
 // and the server's to box, counting both against the call's budget,
 // until both ways end or the budget is spent.
-func (g *Gate) relay(rec *Record, br *bufio.Reader, box io.ReadWriteCloser, server net.Conn, first []byte) {
+func (g *Gate) relay(ctx context.Context, rec *Record, br *bufio.Reader, box io.ReadWriteCloser, server net.Conn, first []byte) {
 	var wg sync.WaitGroup
 	var cut atomic.Bool
 	spend := func(n int) bool {
@@ -240,7 +240,9 @@ func (g *Gate) relay(rec *Record, br *bufio.Reader, box io.ReadWriteCloser, serv
 		}
 		return true
 	}
-	copyCounted := func(dst io.Writer, src io.Reader, count *int64, done func()) {
+	// copyCounted copies until src ends or dst fails; readErr is what
+	// ended src, when that was not a clean end.
+	copyCounted := func(dst io.Writer, src io.Reader, count *int64, readErr *error, done func()) {
 		defer done()
 		buf := make([]byte, 32<<10)
 		for {
@@ -255,6 +257,9 @@ func (g *Gate) relay(rec *Record, br *bufio.Reader, box io.ReadWriteCloser, serv
 				atomic.AddInt64(count, int64(n))
 			}
 			if err != nil {
+				if err != io.EOF {
+					*readErr = err
+				}
 				return
 			}
 		}
@@ -269,21 +274,38 @@ func (g *Gate) relay(rec *Record, br *bufio.Reader, box io.ReadWriteCloser, serv
 		}
 		rec.Sent += int64(len(first))
 	}
+	var fromBox, fromServer error
 	wg.Add(2)
-	go copyCounted(server, br, &rec.Sent, func() {
+	go copyCounted(server, br, &rec.Sent, &fromBox, func() {
 		wg.Done()
 		if tc, ok := server.(interface{ CloseWrite() error }); ok {
 			tc.CloseWrite()
 		}
 	})
-	go copyCounted(box, server, &rec.Received, func() {
+	go copyCounted(box, server, &rec.Received, &fromServer, func() {
 		wg.Done()
 		box.Close()
 	})
 	wg.Wait()
-	if cut.Load() {
+	switch {
+	case cut.Load():
 		rec.Why = "the call's bound of bytes was reached"
+	case ctx.Err() != nil:
+		rec.Why = "cut: the run ended while the connection was open"
+	case abrupt(fromBox):
+		// The guest aborts the streams its run's end cut, and those
+		// whose program reset them.
+		rec.Why = "cut by the box: its run ended, or the program reset the connection"
+	case abrupt(fromServer):
+		rec.Why = "cut by the server: " + fromServer.Error()
 	}
+}
+
+// abrupt says whether err ended a side of a relay other than cleanly
+// and other than by the gate's own close of it (once the other side
+// ended).
+func abrupt(err error) bool {
+	return err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrClosedPipe)
 }
 
 func (g *Gate) lookup() func(context.Context, string) ([]netip.Addr, error) {
