@@ -27,6 +27,18 @@ func TestMCPNet(t *testing.T) {
 	defer srv.Close()
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	listed := "127.0.0.1:" + port
+	// A package index the box's pip installs from, through the proxy.
+	ix := newPackageIndex(t, nil)
+	ixHost := strings.TrimSuffix(strings.TrimPrefix(ix.URL, "http://"), "/simple/")
+	pipCode := fmt.Sprintf(`
+import subprocess, sys
+p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
+    "--target", "/tmp/x", "--index-url", %q, "pbxb"], capture_output=True, text=True)
+print("RESULT pip", p.returncode, p.stderr.strip()[-300:].replace("\n", " | "))
+sys.path.insert(0, "/tmp/x")
+import pbxb
+print("RESULT pbxb", pbxb.V, pbxb.__file__)
+`, ix.URL)
 	code := fmt.Sprintf(`
 import http.client, os, urllib.request
 print("RESULT proxy", os.environ.get("HTTP_PROXY"))
@@ -45,12 +57,13 @@ except Exception as e:
 		{"op": "call", "args": map[string]any{"code": code, "network": []string{listed}, "timeout_s": 20}},
 		{"op": "call", "args": map[string]any{"code": "print('never')", "network": []string{"127.0.0.1:1"}}},
 		{"op": "call", "args": map[string]any{"code": code, "timeout_s": 20}},
+		{"op": "call", "args": map[string]any{"code": pipCode, "image": "data", "network": []string{ixHost}, "timeout_s": 30}},
 	}
-	out := tsClient(t, e, "tsclient2", []string{"--images", "stdlib", "--max-timeout", "30", "--allow-net", listed}, steps)
+	out := tsClient(t, e, "tsclient2", []string{"--images", "stdlib,data", "--max-timeout", "30", "--allow-net", listed + "," + ixHost}, steps)
 	if out.ProtocolVersion != modernRev {
 		t.Errorf("negotiated %q", out.ProtocolVersion)
 	}
-	if network, desc := schemaNetwork(t, out.Results[0]); network == nil || !strings.Contains(desc, "this server opens only "+listed) {
+	if network, desc := schemaNetwork(t, out.Results[0]); network == nil || !strings.Contains(desc, "this server opens only ") || !strings.Contains(desc, listed) {
 		t.Errorf("the tool's network argument %v, description %q: want the argument, and %s named", network, desc, listed)
 	}
 
@@ -91,6 +104,19 @@ except Exception as e:
 	}
 	if nw := receipt(closed).Network; nw != nil {
 		t.Errorf("a call without the network has a network section: %+v", nw)
+	}
+
+	// pip in the data image installs a package from the index the call
+	// named, through the proxy: the index's page and the wheel, each a
+	// connection in the receipt.
+	installed := tsResult(t, out.Results[4])
+	if res := results(installed); installed.IsError || !strings.HasPrefix(res["pip"], "0") || !strings.HasPrefix(res["pbxb"], "2.0 /tmp/x/pbxb/") {
+		t.Errorf("pip install --target: error %v, printed %q\nstderr %q", installed.IsError, installed.Execution.Capture.Stdout, installed.Execution.Capture.Stderr)
+	}
+	if nw := receipt(installed).Network; nw == nil || nw.Allowed != ixHost || len(nw.Connections) < 2 || nw.Refused != 0 {
+		t.Errorf("pip's network: %+v", nw)
+	} else {
+		t.Logf("pip: %d connections, %d bytes received, in %d ms", len(nw.Connections), nw.ReceivedBytes, installed.Execution.WallMS)
 	}
 
 	// Without --allow-net, the tool has no network argument at all.
