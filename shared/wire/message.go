@@ -15,8 +15,10 @@ import (
 // 5 runs several boxes at once, admitted by memory, and a pong lists
 // every run in progress; 6 carries the connections of a run the user let
 // reach the network as streams of that run (Run.Net, TypeNetOpen and the
-// other net frames), to an agent that announces CapNet.
-const ProtocolVersion = 6
+// other net frames), to an agent that announces CapNet; 7 gives such a
+// run the ports of the user's list (Run.NetPorts) for the box's direct
+// listeners, and its resolver's lookups as streams the host answers.
+const ProtocolVersion = 7
 
 // Message types. Every request the host sends carries an ID; the guest's
 // answer carries the same ID. A run is answered once, by its receipt (or by
