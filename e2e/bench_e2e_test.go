@@ -47,12 +47,12 @@ type benchKnobs struct {
 	WarmRuns  int `json:"warm_runs"`  // BENCH_WARM_RUNS: calls of each program in each series, warm and cold
 	// BENCH_ONLY: a comma-separated subset of the parts (alternatives,
 	// boots, vm, warm, data, packages, memory, hardening, arm64, relay,
-	// outdir, jail, agents); empty runs them all.
+	// outdir, jail, agents, net); empty runs them all.
 	Only string `json:"only,omitempty"`
 }
 
 // benchParts are the bench's parts, in the order they run.
-var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "packages", "memory", "hardening", "arm64", "relay", "outdir", "jail", "agents"}
+var benchParts = []string{"alternatives", "boots", "vm", "warm", "data", "packages", "memory", "hardening", "arm64", "relay", "outdir", "jail", "agents", "net"}
 
 // runs says whether the part is in this run.
 func (k benchKnobs) runs(part string) bool {
@@ -200,7 +200,7 @@ func BenchmarkReport(b *testing.B) {
 		}
 	}
 	parts := map[string]func(*testing.B, *benchReport, benchKnobs){
-		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "packages": benchPackages, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay, "outdir": benchOutdir, "jail": benchJail, "agents": benchAgents,
+		"alternatives": benchAlternatives, "boots": benchBoots, "vm": benchInVM, "warm": benchWarm, "data": benchData, "packages": benchPackages, "memory": benchMemory, "hardening": benchSeal, "arm64": benchArm64, "relay": benchRelay, "outdir": benchOutdir, "jail": benchJail, "agents": benchAgents, "net": benchNet,
 	}
 	for _, p := range benchParts {
 		if k.runs(p) {
@@ -910,6 +910,7 @@ func markdown(r *benchReport) string {
 		{"relay", "The host's round trip beside the code before the relay became a router of framed bytes (two VMs, turns taken)"},
 		{"jail", "QEMU jailed against unjailed"},
 		{"agents", "Several agents on one VM (sized for 4 runs, 2 vCPUs): calls back to back at once, and one agent beside a CPU spinner"},
+		{"net", "The network opened with --allow-net: a 100 MB download through the box's proxy beside curl on the host, taking turns, and what the option costs a call that opens no connection"},
 	}
 	// A section without a title still shows, under its own name.
 	for _, f := range r.Figures {

@@ -20,7 +20,10 @@
 # with 100,000 files of earlier runs, the old walk beside the ledger, in
 # process, no VM; jail: boot and a warm call with QEMU jailed beside
 # unjailed; agents: 1, 2 and 4 agents calling at once, and one agent's
-# print(1) beside a run spinning on every CPU), BENCH_DROP_CACHES=0 (keep the host page cache before the
+# print(1) beside a run spinning on every CPU; net: a 100 MB download
+# from the host's loopback through the box's proxy (--allow-net), HTTP
+# and HTTPS, beside curl on the host, and print(1) with the option and
+# without), BENCH_DROP_CACHES=0 (keep the host page cache before the
 # cold boots; by default they drop it, which needs root).
 # BENCH_INITRAMFS is the benchmark build of the agent (make bench-guest),
 # whose console can switch off the posture check and the seccomp filter;
