@@ -90,6 +90,9 @@ type Config struct {
 	// Idle, when set, is how the guest gives freed memory back to the
 	// host while no run comes (see Idle).
 	Idle *Idle
+	// SetClock, when set, steps the guest's wall clock to the host's
+	// time a run carries (see syncClock); nil leaves it alone.
+	SetClock func(time.Time) error
 }
 
 // Agent serves the host. Its methods are safe for concurrent use.
@@ -119,8 +122,9 @@ type activeRun struct {
 	id      string
 	image   string
 	conn    *conn
-	msgID   uint64  // the run request's ID on conn, which its answers carry
-	net     *netRun // its streams, for a run that opens the network; else nil
+	msgID   uint64           // the run request's ID on conn, which its answers carry
+	net     *netRun          // its streams, for a run that opens the network; else nil
+	clock   *wire.ClockCheck // the guest's clock against the host's when the run came
 	cancel  context.CancelFunc
 	started time.Time
 	done    chan struct{} // closed once the receipt is sent (or lost)

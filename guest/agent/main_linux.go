@@ -93,6 +93,7 @@ func Main() {
 		Files:    files,
 		LogLines: log.Lines,
 		Idle:     idle,
+		SetClock: setClock,
 	})
 
 	// The warm boxes start after the images were read into the page

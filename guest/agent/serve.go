@@ -198,6 +198,14 @@ func (a *Agent) start(c *conn, id uint64, r *wire.Run) *wire.Error {
 	}
 	ar := &activeRun{id: r.RunID, image: r.Image, conn: c, msgID: id, cancel: cancel,
 		started: time.Now(), done: make(chan struct{})}
+	if a.cfg.SetClock != nil {
+		var err error
+		if ar.clock, err = syncClock(r.HostTimeNS, time.Now, a.cfg.SetClock); err != nil {
+			a.logf("agent: run %s: the clock is %.1f ms off the host's and could not be set: %v", r.RunID, ar.clock.OffsetMS, err)
+		} else if ar.clock != nil && ar.clock.Stepped {
+			a.logf("agent: run %s: the clock was %.1f ms off the host's: set to the host's", r.RunID, ar.clock.OffsetMS)
+		}
+	}
 	if r.Net {
 		ar.net = newNetRun(c, id, r.RunID, a.cfg.Logf)
 	}
@@ -248,6 +256,9 @@ func (a *Agent) run(ctx context.Context, ar *activeRun, id uint64, r *wire.Run) 
 	ar.cancel()
 	if ar.net != nil {
 		ar.net.closeAll()
+	}
+	if o.res != nil {
+		o.res.Receipt.Agent.Clock = ar.clock
 	}
 	a.finish(ar, o.res, o.err)
 	if o.err != nil {

@@ -344,6 +344,8 @@ func (c *Client) RunWith(ctx context.Context, checked *Checked, opts RunOptions)
 	if opts.Net != nil {
 		n = newNetCall(c, opts.Net)
 	}
+	// The guest sets its clock by this, if it is behind.
+	r.HostTimeNS = time.Now().UnixNano()
 	id, ch, err := c.sendWith(&wire.Message{Type: wire.TypeRun, Run: r}, d, n)
 	if err != nil {
 		if n != nil {

@@ -145,6 +145,20 @@ type AgentInfo struct {
 	Version string `json:"version"`
 	Commit  string `json:"commit"`
 	Kernel  string `json:"kernel"`
+	// Clock is how the guest's clock stood against the host's when the
+	// run came; absent when the run carried no host time.
+	Clock *ClockCheck `json:"clock,omitempty"`
+}
+
+// ClockCheck is the guest's clock against the host's time in a run
+// request (Run.HostTimeNS), read when the request came: OffsetMS is the
+// guest's minus the host's, before any step (the request's own transit
+// makes it a little positive when the clocks agree). Stepped says the
+// agent set the guest's clock to the host's time: it was behind, or
+// ahead by more than the transit can explain.
+type ClockCheck struct {
+	OffsetMS float64 `json:"offset_ms"`
+	Stepped  bool    `json:"stepped"`
 }
 
 // AppliedLimit is what bounded the run.

@@ -71,6 +71,10 @@ type Run struct {
 	// each checked by the host as a proxy request is. At most
 	// MaxNetPorts, each 1–65535, once.
 	NetPorts []int `json:"net_ports,omitempty"`
+	// HostTimeNS is the host's wall clock (Unix nanoseconds) when the
+	// run was sent: the agent steps the guest's clock to it when the
+	// guest's is behind it, or far ahead (Receipt.Clock). 0 when unknown.
+	HostTimeNS int64 `json:"host_time_ns,omitempty"`
 	// Client is who asked, in its own words ("pybox mcp (pid 4242,
 	// claude-code 2.1.332)"): shown beside the run while it is in
 	// progress (pybox vm status), nothing else.
@@ -145,6 +149,9 @@ func (r *Run) Check() error {
 	}
 	if r.MaxDataBytes < 0 || r.Deliver != nil && r.Deliver.MaxBytes < 0 {
 		return errors.New("a byte bound is negative")
+	}
+	if r.HostTimeNS < 0 {
+		return errors.New("host_time_ns is negative")
 	}
 	if err := checkNetPorts(r.Net, r.NetPorts); err != nil {
 		return err

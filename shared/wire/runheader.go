@@ -59,6 +59,7 @@ type runBody struct {
 	ReturnFiles    bool        `json:"return_files"`
 	Client         string      `json:"client,omitempty"`
 	NetPorts       []int       `json:"net_ports,omitempty"`
+	HostTimeNS     int64       `json:"host_time_ns,omitempty"`
 }
 
 // PeekRun reads a run frame's header, and nothing of its body.
@@ -80,13 +81,13 @@ func splitRun(r *Run) (RunHeader, *runBody) {
 	for _, d := range r.Data {
 		h.Data = append(h.Data, d.Name)
 	}
-	return h, &runBody{Code: r.Code, Image: r.Image, MaxOutputBytes: r.MaxOutputBytes, Files: r.Files, ReturnFiles: r.ReturnFiles, Client: r.Client, NetPorts: r.NetPorts}
+	return h, &runBody{Code: r.Code, Image: r.Image, MaxOutputBytes: r.MaxOutputBytes, Files: r.Files, ReturnFiles: r.ReturnFiles, Client: r.Client, NetPorts: r.NetPorts, HostTimeNS: r.HostTimeNS}
 }
 
 // joinRun is the run of a frame's header and body.
 func joinRun(h RunHeader, b *runBody) *Run {
 	r := &Run{RunID: h.RunID, Code: b.Code, Image: b.Image, TimeoutSeconds: h.TimeoutSeconds, MaxOutputBytes: b.MaxOutputBytes,
-		Files: b.Files, ReturnFiles: b.ReturnFiles, MaxDataBytes: h.MaxDataBytes, Deliver: h.Deliver, Client: b.Client, Net: h.Net, NetPorts: b.NetPorts}
+		Files: b.Files, ReturnFiles: b.ReturnFiles, MaxDataBytes: h.MaxDataBytes, Deliver: h.Deliver, Client: b.Client, Net: h.Net, NetPorts: b.NetPorts, HostTimeNS: b.HostTimeNS}
 	for _, name := range h.Data {
 		r.Data = append(r.Data, DataFolder{Name: name})
 	}
