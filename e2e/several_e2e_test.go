@@ -355,8 +355,13 @@ func TestSeveralAgents(t *testing.T) {
 			t.Errorf("%d of %d calls went wrong; the first: %s", len(bad), rounds*4*perServer, strings.Join(bad[:min(4, len(bad))], "\n"))
 		}
 		after := agentAtRest(t, e.home, base)
-		if after.Goroutines != base.Goroutines || after.FDs != base.FDs {
+		// A leak leaves more. One goroutine fewer was seen once (34
+		// before, 33 after, the fds equal): the baseline, read soon
+		// after the VM started, held one that came and went.
+		if after.Goroutines > base.Goroutines || after.FDs != base.FDs {
 			t.Errorf("after the soak the agent has %d goroutines and %d fds; before, %d and %d", after.Goroutines, after.FDs, base.Goroutines, base.FDs)
+		} else if after.Goroutines < base.Goroutines {
+			t.Logf("after the soak the agent has %d goroutines, %d fewer than before", after.Goroutines, base.Goroutines-after.Goroutines)
 		}
 		if !slices.Equal(after.Mounts, base.Mounts) {
 			t.Errorf("mounts after the soak:\n%s\nbefore:\n%s", strings.Join(after.Mounts, "\n"), strings.Join(base.Mounts, "\n"))
