@@ -104,8 +104,7 @@ func (g *Gate) Serve(ctx context.Context, box io.ReadWriteCloser) Record {
 
 	refuse := func(r refusal) Record {
 		rec.Why = r.why
-		fmt.Fprintf(box, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\npybox: %s\n",
-			r.status, statusText(r.status), len("pybox: ")+len(r.why)+1, r.why)
+		writeAnswer(box, r.status, "pybox: "+r.why+"\n")
 		return rec
 	}
 	if n := g.opened.Add(1); n > int64(l.Connections) {
@@ -136,8 +135,7 @@ func (g *Gate) Serve(ctx context.Context, box io.ReadWriteCloser) Record {
 	entry, ok := g.Allow.Allows(head.Host, head.Port)
 	if !ok {
 		headTimer.Stop()
-		return refuse(refusal{403, fmt.Sprintf("%s is not on the list of hosts the user opened (%s); only the user can open more, with --allow-net",
-			hostPort(head.Host, head.Port), g.Allow)})
+		return refuse(refusal{403, notListed(hostPort(head.Host, head.Port), g.Allow)})
 	}
 	addrs, err := Resolve(ctx, g.lookup(), head.Host, g.Allow)
 	if err != nil {
@@ -210,12 +208,11 @@ func (g *Gate) lookupName(ctx context.Context, rec *Record, box io.Writer, host 
 	rec.Kind = "dns"
 	answer := func(status int, why string) Record {
 		rec.Why = why
-		fmt.Fprintf(box, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-			status, statusText(status), len(why), why)
+		writeAnswer(box, status, why)
 		return *rec
 	}
 	if !g.Allow.AllowsName(host) {
-		return answer(403, fmt.Sprintf("%s is not on the list of hosts the user opened (%s); only the user can open more, with --allow-net", host, g.Allow))
+		return answer(403, notListed(host, g.Allow))
 	}
 	addrs, err := Resolve(ctx, g.lookup(), host, g.Allow)
 	if err != nil {
@@ -299,6 +296,19 @@ func (g *Gate) relay(ctx context.Context, rec *Record, br *bufio.Reader, box io.
 	case abrupt(fromServer):
 		rec.Why = "cut by the server: " + fromServer.Error()
 	}
+}
+
+// writeAnswer writes the gate's own HTTP answer to the box: status, and
+// body as plain text; the connection closes after it.
+func writeAnswer(box io.Writer, status int, body string) {
+	fmt.Fprintf(box, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		status, statusText(status), len(body), body)
+}
+
+// notListed is why a host (with its port, for a connection) the list
+// does not allow is refused.
+func notListed(host string, a Allow) string {
+	return fmt.Sprintf("%s is not on the list of hosts the user opened (%s); only the user can open more, with --allow-net", host, a)
 }
 
 // abrupt says whether err ended a side of a relay other than cleanly
