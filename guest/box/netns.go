@@ -37,6 +37,9 @@ import (
 // the namespace is the box's own, so nothing else can hold the port.
 const proxyAddr = "127.0.0.1:3128"
 
+// proxyAddrPort is proxyAddr, parsed.
+var proxyAddrPort = netip.MustParseAddrPort(proxyAddr)
+
 // proxyBacklog is how many connections the kernel queues for the proxy
 // while the accept loop waits for a free stream.
 const proxyBacklog = 64
@@ -74,7 +77,7 @@ func (bn *boxNet) close() {
 func directPorts(ports []int) []int {
 	out := []int{80, 443}
 	for _, p := range ports {
-		if p != 80 && p != 443 && p != int(netip.MustParseAddrPort(proxyAddr).Port()) {
+		if p != 80 && p != 443 && p != int(proxyAddrPort.Port()) {
 			out = append(out, p)
 		}
 	}
@@ -112,7 +115,7 @@ func listenIn(pid int, ports []int) (*boxNet, error) {
 			if err := loopbackUp(); err != nil {
 				return err
 			}
-			fd, err := listenSocket(netip.MustParseAddrPort(proxyAddr), unix.SOCK_STREAM)
+			fd, err := listenSocket(proxyAddrPort, unix.SOCK_STREAM)
 			if err != nil {
 				return err
 			}
