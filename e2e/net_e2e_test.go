@@ -94,14 +94,7 @@ func TestNet(t *testing.T) {
 
 	t.Run("a host not on the list", func(t *testing.T) {
 		p, q := portOf(served), portOf(other)
-		r := runPy(t, e, netFetch("https://127.0.0.1:"+q+"/other"), "--timeout", netProgramTimeout,
-			"--file", ca, "--allow-net", "127.0.0.1:"+p)
-		rc := expectEnd(t, r, wire.StatusOK)
-		logNetRun(t, r)
-		if res := results(rc.Capture.Stdout); !strings.Contains(res["error"], "403") {
-			t.Errorf("program printed %q, want a 403 from the proxy", rc.Capture.Stdout)
-		}
-		nw := netOf(t, r, "127.0.0.1:"+p)
+		r, nw := netFetchRefused(t, e, "https://127.0.0.1:"+q+"/other", ca, "127.0.0.1:"+p)
 		if len(nw.Connections) != 1 || nw.Refused != 1 {
 			t.Fatalf("connections %+v", nw)
 		}
@@ -137,14 +130,7 @@ func TestNet(t *testing.T) {
 	// does not control must not reach this machine (DNS rebinding).
 	t.Run("a name that resolves to loopback", func(t *testing.T) {
 		p := portOf(served)
-		r := runPy(t, e, netFetch("https://localhost:"+p+"/rebind"), "--timeout", netProgramTimeout,
-			"--file", ca, "--allow-net", "localhost:"+p)
-		rc := expectEnd(t, r, wire.StatusOK)
-		logNetRun(t, r)
-		if res := results(rc.Capture.Stdout); !strings.Contains(res["error"], "403") {
-			t.Errorf("program printed %q, want a 403 from the proxy", rc.Capture.Stdout)
-		}
-		nw := netOf(t, r, "localhost:"+p)
+		_, nw := netFetchRefused(t, e, "https://localhost:"+p+"/rebind", ca, "localhost:"+p)
 		if len(nw.Connections) != 1 || nw.Refused != 1 {
 			t.Fatalf("connections %+v", nw)
 		}
@@ -271,6 +257,20 @@ func connTo(nw *wire.Network, port string) *wire.NetConnection {
 	return nil
 }
 
+// netFetchRefused runs netFetch(url) with the CA file ca and the list
+// allow, checks that the program got the proxy's 403, and gives the run
+// and its network section.
+func netFetchRefused(t *testing.T, e *vmEnv, url, ca, allow string) (*boxRun, *wire.Network) {
+	t.Helper()
+	r := runPy(t, e, netFetch(url), "--timeout", netProgramTimeout, "--file", ca, "--allow-net", allow)
+	rc := expectEnd(t, r, wire.StatusOK)
+	logNetRun(t, r)
+	if res := results(rc.Capture.Stdout); !strings.Contains(res["error"], "403") {
+		t.Errorf("program printed %q, want a 403 from the proxy", rc.Capture.Stdout)
+	}
+	return r, netOf(t, r, allow)
+}
+
 func logNetRun(t *testing.T, r *boxRun) {
 	t.Logf("pybox run: %v (wall %d ms in the box)", r.elapsed.Round(time.Millisecond), r.Receipt.WallMS)
 }
@@ -354,14 +354,7 @@ func testNetRedirect(t *testing.T, e *vmEnv, ca string) {
 	moved := httptest.NewTLSServer(http.RedirectHandler(elsewhere.URL+"/elsewhere", http.StatusFound))
 	defer moved.Close()
 	p, q := portOf(moved), portOf(elsewhere)
-	r := runPy(t, e, netFetch("https://127.0.0.1:"+p+"/moved"), "--timeout", netProgramTimeout,
-		"--file", ca, "--allow-net", "127.0.0.1:"+p)
-	rc := expectEnd(t, r, wire.StatusOK)
-	logNetRun(t, r)
-	if res := results(rc.Capture.Stdout); !strings.Contains(res["error"], "403") {
-		t.Errorf("program printed %q, want a 403 from the proxy", rc.Capture.Stdout)
-	}
-	nw := netOf(t, r, "127.0.0.1:"+p)
+	r, nw := netFetchRefused(t, e, "https://127.0.0.1:"+p+"/moved", ca, "127.0.0.1:"+p)
 	if len(nw.Connections) != 2 || nw.Refused != 1 {
 		t.Fatalf("connections %+v", nw)
 	}
